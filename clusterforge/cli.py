@@ -1,0 +1,172 @@
+"""The ``clusterforge`` command line: thin verbs over the library.
+
+Exit codes: 0 success; 1 the spec or cluster has errors (validation, check, diff with changes);
+2 bad input (missing file, malformed YAML, unknown key, wrong type) — always one message, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from clusterforge.errors import ClusterforgeError
+from clusterforge.spec import Cluster, Level, load_spec, validate
+from clusterforge.spec.types import SLURM_VERSIONS
+
+app = typer.Typer(
+    name="clusterforge",
+    help="One typed cluster spec -> AWS infrastructure, Ansible configuration and topology-correct Slurm/NCCL configs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+SpecArg = Annotated[Path, typer.Argument(help="cluster spec YAML, e.g. examples/p5-training.yaml")]
+
+
+def _load(spec: Path) -> Cluster:
+    return load_spec(spec)
+
+
+def _print_findings(findings: list, fail_level: Level) -> int:  # type: ignore[type-arg]
+    style = {Level.ERROR: "bold red", Level.WARNING: "yellow", Level.INFO: "cyan"}
+    for f in findings:
+        out.print(f"[{style[f.level]}]{f.level.value}[/] [bold]{f.path}[/] = {f.value!r}")
+        out.print(f"    why: {f.why}", markup=False)
+        out.print(f"    fix: {f.fix}  [{f.code}]", markup=False)
+    counts = {lv: sum(1 for f in findings if f.level is lv) for lv in Level}
+    out.print(
+        f"{counts[Level.ERROR]} error(s), {counts[Level.WARNING]} warning(s), {counts[Level.INFO]} info",
+        markup=False,
+    )
+    failing = {Level.ERROR} if fail_level is Level.ERROR else {Level.ERROR, Level.WARNING}
+    return 1 if any(f.level in failing for f in findings) else 0
+
+
+@app.command("validate")
+def validate_cmd(
+    spec: SpecArg,
+    fail_on: Annotated[str, typer.Option(help="lowest level that fails: error or warning")] = "error",
+    as_json: Annotated[bool, typer.Option("--json", help="findings as JSON")] = False,
+) -> None:
+    """Check a spec against the schema, the hardware catalog and the target Slurm version."""
+    if fail_on not in ("error", "warning"):
+        raise ClusterforgeError(f"--fail-on {fail_on!r}: use 'error' or 'warning'")
+    cluster = _load(spec)
+    findings = validate(cluster, spec.parent)
+    if as_json:
+        print(
+            json.dumps(
+                [
+                    {"level": f.level.value, "code": f.code, "path": f.path, "value": f.value, "why": f.why, "fix": f.fix}
+                    for f in findings
+                ],
+                indent=2,
+                default=str,
+            )
+        )
+        failing = {"error"} if fail_on == "error" else {"error", "warning"}
+        raise typer.Exit(1 if any(f.level.value in failing for f in findings) else 0)
+    out.print(f"{spec}: cluster {cluster.name!r}, Slurm {cluster.slurm.version}", markup=False)
+    raise typer.Exit(_print_findings(findings, Level(fail_on)))
+
+
+@app.command("render")
+def render_cmd(
+    spec: SpecArg,
+    out_dir: Annotated[Path, typer.Option("--out", help="output folder (written atomically)")],
+    facts: Annotated[Optional[Path], typer.Option(help="facts folder from playbooks/discover.yml")] = None,  # noqa: UP007
+    slurm_version: Annotated[
+        Optional[str], typer.Option(help=f"render for this Slurm version ({', '.join(SLURM_VERSIONS)})")  # noqa: UP007
+    ] = None,
+) -> None:
+    """Render slurm.conf, gres.conf, cgroup.conf, topology, slurmdbd.conf, NCCL and health checks."""
+    from clusterforge.render import render_cluster
+    from clusterforge.render.writer import write_render
+
+    if slurm_version is not None and slurm_version not in SLURM_VERSIONS:
+        raise ClusterforgeError(
+            f"--slurm-version {slurm_version!r} is not supported; use one of {', '.join(SLURM_VERSIONS)}"
+        )
+    cluster = _load(spec)
+    if slurm_version is not None:
+        cluster = cluster.model_copy(update={"slurm": cluster.slurm.model_copy(update={"version": slurm_version})})
+    findings = validate(cluster, spec.parent)
+    errors = [f for f in findings if f.level is Level.ERROR]
+    if errors:
+        _print_findings(errors, Level.ERROR)
+        out.print("not rendered: fix the errors above (`clusterforge validate` shows warnings too)", markup=False)
+        raise typer.Exit(1)
+    result = render_cluster(cluster, base_dir=spec.parent, facts_dir=facts)
+    changed = write_render(result, out_dir)
+    for f in sorted(result.files.values(), key=lambda f: f.name):
+        out.print(f"  {f.name:<28} -> {f.node_path:<42} {f.sha256[:12]}  [{', '.join(f.groups)}]", markup=False)
+    for note in result.notes:
+        out.print(f"  note: {note}", markup=False)
+    out.print(
+        f"{'wrote' if changed else 'unchanged'}: {out_dir} ({len(result.files)} files + manifest.json, "
+        f"Slurm {result.slurm_version})",
+        markup=False,
+    )
+
+
+@app.command("check")
+def check_cmd(
+    rendered: Annotated[Path, typer.Argument(help="a folder written by `clusterforge render`")],
+    timeout: Annotated[float, typer.Option(help="seconds to wait for each daemon")] = 30.0,
+) -> None:
+    """Load a render into the real slurmctld/slurmd (needs Slurm, munge and root) and compare."""
+    from clusterforge.check import check_dir, format_report
+
+    if not (rendered / "manifest.json").is_file():
+        raise ClusterforgeError(f"{str(rendered)!r} holds no manifest.json; run `clusterforge render SPEC --out DIR` first")
+    report = check_dir(rendered, timeout_s=timeout)
+    out.print(format_report(report), markup=False)
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command("schema")
+def schema_cmd() -> None:
+    """Print the spec's JSON Schema (the checked-in copy is schema/cluster.schema.json)."""
+    from clusterforge.spec.schema import schema_text
+
+    sys.stdout.write(schema_text())
+
+
+@app.command("catalog")
+def catalog_cmd(
+    name: Annotated[Optional[str], typer.Argument(help="one profile to show in full")] = None,  # noqa: UP007
+) -> None:
+    """List the hardware catalog, or show one profile with its sources."""
+    from clusterforge.catalog import get_profile, load_catalog
+
+    if name is not None:
+        p = get_profile(name)
+        if p is None:
+            raise ClusterforgeError(f"no profile {name!r}; `clusterforge catalog` lists them")
+        print(json.dumps(p.model_dump(), indent=2))
+        return
+    for p in load_catalog().values():
+        gpu = f"{p.gpu.count}x {p.gpu.model}" if p.gpu else "-"
+        layout = f"{p.sockets}x{p.cores_per_socket}x{p.threads_per_core}" if p.cpu_layout_known else "unknown"
+        out.print(f"{p.name:<18} {p.kind:<7} cpus={p.cpus or '?':<4} S×C×T={layout:<9} gpu={gpu}", markup=False)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=True)
+    except ClusterforgeError as exc:
+        err.print(f"error: {exc}", markup=False)
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

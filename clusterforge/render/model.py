@@ -1,0 +1,196 @@
+"""The config model: spec + hardware profiles (catalog or discovered facts) -> plain data.
+
+Every rendered file is printed from these objects; no template derives a hardware fact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from clusterforge import hostlist
+from clusterforge.catalog import HardwareProfile
+from clusterforge.errors import RenderError
+from clusterforge.spec.models import Cluster, NodeGroup
+
+# What the OS sees of the advertised memory: slurmd -C on a p5.48xlarge reports 2,047,961 MiB of
+# the 2,097,152 MiB EC2 advertises (97.65 %; facts.md 1.1). Below that, the spec's
+# os_memory_reserve_mib is kept free for the kernel, slurmd, munge and exporters, so a node never
+# registers with less memory than slurm.conf claims (which would set it INVALID).
+KERNEL_VISIBLE_FRACTION = 0.975
+
+
+@dataclass(frozen=True)
+class GpuSet:
+    vendor: str
+    type: str
+    count: int
+    files: str  # hostlist form, e.g. /dev/nvidia[0-7]
+    device_paths: tuple[str, ...]
+    cores: tuple[str | None, ...]  # per GPU: gres.conf Cores= or None when unknown
+    links: tuple[str | None, ...]  # per GPU: gres.conf Links= or None when unknown
+
+
+@dataclass(frozen=True)
+class NodeSet:
+    """One node group as Slurm sees it."""
+
+    group: str
+    role: str
+    names: tuple[str, ...]
+    addresses: tuple[str, ...] | None
+    cpus: int
+    boards: int | None
+    sockets: int | None
+    cores_per_socket: int | None
+    threads_per_core: int | None
+    real_memory: int
+    gpus: GpuSet | None
+    features: tuple[str, ...]
+    weight: int | None
+    fabric: str
+    profile: HardwareProfile
+
+    @property
+    def hostlist(self) -> str:
+        return hostlist.compress(self.names)
+
+    @property
+    def addr_hostlist(self) -> str | None:
+        if self.addresses is None:
+            return None
+        return hostlist.compress(self.addresses) if _same_order(self.names, self.addresses) else None
+
+    @property
+    def gres(self) -> str | None:
+        return f"gpu:{self.gpus.type}:{self.gpus.count}" if self.gpus else None
+
+
+def _same_order(names: tuple[str, ...], addrs: tuple[str, ...]) -> bool:
+    """True when ``NodeName=<hostlist> NodeAddr=<hostlist>`` pairs every name with its address.
+
+    Slurm pairs the two lists by position after expanding them; the compressed forms are
+    sorted, so when the spec pairs names and addresses in another order, one line per node is
+    needed instead.
+    """
+    paired = zip(hostlist.expand(hostlist.compress(names)), hostlist.expand(hostlist.compress(addrs)), strict=False)
+    return sorted(paired) == sorted(zip(names, addrs, strict=True))
+
+
+@dataclass(frozen=True)
+class PartitionModel:
+    name: str
+    nodes: str
+    default: bool
+    max_time: str
+    exclusive: bool
+    def_mem_per_cpu: int
+
+
+@dataclass(frozen=True)
+class SwitchModel:
+    name: str
+    nodes: str | None
+    switches: str | None
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class BlockModel:
+    name: str
+    nodes: str
+
+
+@dataclass(frozen=True)
+class TopologyModel:
+    plugin: str | None  # topology/tree, topology/block or None
+    switches: tuple[SwitchModel, ...] = ()
+    blocks: tuple[BlockModel, ...] = ()
+    block_sizes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterModel:
+    cluster: Cluster
+    version: tuple[int, ...]
+    version_str: str
+    controllers: tuple[tuple[str, str | None], ...]
+    nodesets: tuple[NodeSet, ...]
+    partitions: tuple[PartitionModel, ...]
+    topology: TopologyModel
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def compute(self) -> tuple[NodeSet, ...]:
+        return tuple(n for n in self.nodesets if n.role == "compute")
+
+    @property
+    def has_gpus(self) -> bool:
+        return any(n.gpus for n in self.compute)
+
+
+def _gpu_set(group: NodeGroup, p: HardwareProfile) -> GpuSet | None:
+    gpu = p.gpu
+    if gpu is None or group.role != "compute":
+        return None
+    n = gpu.count
+    if gpu.vendor == "nvidia":
+        devices = tuple(f"/dev/nvidia{i}" for i in range(n))
+        files = f"/dev/nvidia[0-{n - 1}]" if n > 1 else "/dev/nvidia0"
+    else:
+        # AMD GPUs are handed out by their DRM render nodes; card i is renderD(128+i).
+        devices = tuple(f"/dev/dri/renderD{128 + i}" for i in range(n))
+        files = f"/dev/dri/renderD[128-{127 + n}]" if n > 1 else "/dev/dri/renderD128"
+    by_gpu = gpu.cores_by_gpu() or {}
+    cores = tuple(by_gpu.get(i) for i in range(n))
+    links: tuple[str | None, ...]
+    if gpu.nvlinks_per_pair:
+        links = tuple(
+            ",".join("-1" if j == i else str(gpu.nvlinks_per_pair) for j in range(n)) for i in range(n)
+        )
+    else:
+        links = (None,) * n
+    return GpuSet(gpu.vendor, gpu.model, n, files, devices, cores, links)
+
+
+def real_memory(p: HardwareProfile, reserve_mib: int, group: str) -> int:
+    if p.memory_mib is None:
+        raise RenderError(
+            f"node group {group!r}: memory of profile {p.name!r} is unknown; run playbooks/discover.yml "
+            "and render with --facts DIR"
+        )
+    visible = p.memory_mib if p.discovered else int(p.memory_mib * KERNEL_VISIBLE_FRACTION)
+    mem = visible - reserve_mib
+    if mem < 1024:
+        raise RenderError(
+            f"node group {group!r}: slurm.os_memory_reserve_mib={reserve_mib} leaves {mem} MiB of "
+            f"{visible} MiB; lower the reserve"
+        )
+    return mem
+
+
+def build_nodeset(group: NodeGroup, p: HardwareProfile, reserve_mib: int) -> NodeSet:
+    cpus = p.cpus
+    if cpus is None:
+        raise RenderError(
+            f"node group {group.name!r}: the CPU count of profile {p.name!r} is unknown; run "
+            "playbooks/discover.yml on its hosts and render with --facts DIR (or set facts_dir)"
+        )
+    addresses = tuple(hostlist.expand(group.onprem.addresses)) if group.onprem and group.onprem.addresses else None
+    known = p.cpu_layout_known
+    return NodeSet(
+        group=group.name,
+        role=group.role,
+        names=tuple(group.hostnames),
+        addresses=addresses,
+        cpus=cpus,
+        boards=1 if known else None,
+        sockets=p.sockets if known else None,
+        cores_per_socket=p.cores_per_socket if known else None,
+        threads_per_core=p.threads_per_core if known else None,
+        real_memory=real_memory(p, reserve_mib, group.name),
+        gpus=_gpu_set(group, p),
+        features=tuple(group.features),
+        weight=group.weight,
+        fabric=group.fabric_type,
+        profile=p,
+    )

@@ -1,0 +1,372 @@
+"""The cluster spec: one YAML file describes a whole cluster, on AWS, on-prem racks, or both.
+
+Structure (types, required fields, one-of choices) is checked here by pydantic; rules that need
+the hardware catalog or weigh several sections against each other live in ``rules.py`` with a
+level (error, warning, info).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from clusterforge import hostlist
+from clusterforge.spec.types import (
+    AbsPath,
+    AddressList,
+    Cidr,
+    Hostlist,
+    Name,
+    PositiveInt,
+    SlurmTime,
+    SlurmVersion,
+    Version,
+)
+
+
+class Model(BaseModel):
+    """Base of every spec section: unknown keys are errors, values are immutable once loaded."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+# --------------------------------------------------------------------------------------- AWS
+
+
+class Subnet(Model):
+    name: Name
+    cidr: Cidr
+    availability_zone: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")]
+    public: bool = Field(False, description="public subnets hold NAT gateways and login nodes")
+
+
+class Aws(Model):
+    region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$", examples=["us-east-1"])]
+    vpc_cidr: Cidr
+    subnets: Annotated[list[Subnet], Field(min_length=1)]
+    login_allowed_cidrs: list[Cidr] = Field(
+        default_factory=list,
+        description="CIDRs allowed to reach login nodes over SSH; empty means no SSH ingress (use SSM)",
+    )
+    s3_bucket: str | None = Field(None, description="bucket the instance roles may read (datasets, installers)")
+    ami: str = Field(
+        "resolve:ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id",
+        description="AMI id (ami-...) or resolve:ssm:<parameter>; node groups may override",
+    )
+    key_name: str | None = Field(None, description="EC2 key pair for SSH; leave empty to rely on SSM")
+
+
+class Capacity(Model):
+    type: Literal["on_demand", "spot", "capacity_block", "reservation"] = "on_demand"
+    reservation_id: Annotated[str | None, Field(pattern=r"^cr-[0-9a-f]{8,17}$")] = Field(
+        None, description="capacity reservation id (cr-...), required for capacity_block and reservation"
+    )
+
+    @model_validator(mode="after")
+    def _reservation_matches_type(self) -> Capacity:
+        needs = self.type in ("capacity_block", "reservation")
+        if needs and not self.reservation_id:
+            raise ValueError(
+                f"capacity type {self.type!r} needs reservation_id (the cr-... id of the block or reservation)"
+            )
+        if not needs and self.reservation_id:
+            raise ValueError(
+                f"reservation_id is only used with type capacity_block or reservation, not {self.type!r}"
+            )
+        return self
+
+
+class CloudNodes(Model):
+    instance_type: Annotated[str, Field(pattern=r"^[a-z0-9-]+\.[a-z0-9]+$", examples=["p5.48xlarge"])]
+    count: PositiveInt
+    subnet: Name | None = Field(None, description="subnet name; default: the first private subnet")
+    efa: bool = False
+    placement_group: bool = Field(False, description="launch the group into its own cluster placement group")
+    capacity: Capacity = Capacity()
+    root_volume_gib: Annotated[int, Field(ge=30, le=16384)] = 200
+    local_nvme_raid0: AbsPath | None = Field(
+        None, description="mount point for the instance-store NVMe disks assembled as RAID0 scratch"
+    )
+    ami: str | None = Field(None, description="overrides aws.ami for this group")
+
+
+class RackPlacement(Model):
+    rack: Name
+    switch: Name = Field(description="the leaf switch the rack's hosts attach to (a topology.switches name)")
+    hosts: Hostlist
+
+
+class OnPremNodes(Model):
+    hosts: Hostlist
+    addresses: AddressList | None = Field(None, description="one address per host, in host order")
+    profile: str = Field(description="hardware profile from the catalog, e.g. dgx-h100")
+    placement: list[RackPlacement] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _addresses_match_hosts(self) -> OnPremNodes:
+        n_hosts = len(hostlist.expand(self.hosts))
+        if self.addresses is not None:
+            n_addr = len(hostlist.expand(self.addresses))
+            if n_addr != n_hosts:
+                raise ValueError(
+                    f"addresses {self.addresses!r} lists {n_addr} addresses for {n_hosts} hosts "
+                    f"({self.hosts!r}); give exactly one address per host"
+                )
+        return self
+
+
+class Fabric(Model):
+    type: Literal["efa", "infiniband", "roce", "ethernet"]
+    hcas: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$")]] = Field(
+        default_factory=list, description="InfiniBand/RoCE HCAs NCCL may use, e.g. mlx5_0"
+    )
+    port: Annotated[int, Field(ge=1, le=2)] = 1
+    gid_index: Annotated[int | None, Field(ge=0, le=255)] = Field(
+        None, description="RoCE GID index (3 is RoCEv2 over IPv4 on most hosts)"
+    )
+    socket_ifname: str | None = Field(
+        None, description="NCCL_SOCKET_IFNAME for bootstrap traffic, e.g. '=eth0' or '^docker,lo'"
+    )
+
+
+Role = Literal["controller", "compute", "login"]
+
+
+class NodeGroup(Model):
+    name: Name
+    role: Role = "compute"
+    cloud: CloudNodes | None = None
+    onprem: OnPremNodes | None = None
+    fabric: Fabric | None = Field(None, description="default: efa when cloud.efa, else ethernet")
+    features: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]] = Field(default_factory=list)
+    weight: Annotated[int, Field(ge=1, le=65533)] | None = Field(
+        None, description="Slurm node weight; lower is scheduled first"
+    )
+
+    @model_validator(mode="after")
+    def _one_location(self) -> NodeGroup:
+        if (self.cloud is None) == (self.onprem is None):
+            raise ValueError(
+                f"node group {self.name!r} needs exactly one of 'cloud' (instance_type, count) "
+                "or 'onprem' (hosts, profile)"
+            )
+        return self
+
+    @property
+    def is_cloud(self) -> bool:
+        return self.cloud is not None
+
+    @cached_property
+    def hostnames(self) -> list[str]:
+        """Slurm node names: on-prem hosts as given; cloud nodes ``<group>-001`` … ``<group>-NNN``."""
+        if self.onprem is not None:
+            return hostlist.expand(self.onprem.hosts)
+        assert self.cloud is not None
+        width = max(3, len(str(self.cloud.count)))
+        return [f"{self.name}-{i:0{width}d}" for i in range(1, self.cloud.count + 1)]
+
+    @property
+    def fabric_type(self) -> str:
+        if self.fabric is not None:
+            return self.fabric.type
+        return "efa" if self.cloud is not None and self.cloud.efa else "ethernet"
+
+    @property
+    def profile_name(self) -> str:
+        if self.cloud is not None:
+            return self.cloud.instance_type
+        assert self.onprem is not None
+        return self.onprem.profile
+
+
+class Partition(Model):
+    name: Name
+    node_groups: Annotated[list[Name], Field(min_length=1)]
+    default: bool = False
+    max_time: SlurmTime = "UNLIMITED"
+    exclusive: bool = Field(False, description="whole nodes per job (OverSubscribe=EXCLUSIVE)")
+    allow_mixed_gpus: bool = Field(
+        False, description="allow GPU models of different generations in one partition (slowest sets the pace)"
+    )
+
+
+class Switch(Model):
+    name: Name
+    parent: Name | None = Field(None, description="the switch above this one; empty for the root")
+
+
+class Block(Model):
+    name: Name
+    hosts: Hostlist
+
+
+class Topology(Model):
+    plugin: Literal["auto", "tree", "block", "none"] = Field(
+        "auto", description="auto: tree when switches or EC2 topology are known, block for blocks, else none"
+    )
+    switches: list[Switch] = Field(default_factory=list)
+    blocks: list[Block] = Field(default_factory=list, description="NVLink domains (topology/block, 23.11+)")
+    block_sizes: list[PositiveInt] = Field(default_factory=list)
+    ec2_instance_topology: str | None = Field(
+        None,
+        description="JSON file mapping node name to its EC2 DescribeInstanceTopology NetworkNodes (top first)",
+    )
+
+
+# ----------------------------------------------------------------------------------- storage
+
+Purpose = Literal["home", "checkpoints", "datasets", "scratch", "apps"]
+
+
+class _StorageBase(Model):
+    name: Name
+    mount: AbsPath
+    purpose: list[Purpose] = Field(default_factory=list)
+
+
+class FsxLustre(_StorageBase):
+    type: Literal["fsx_lustre"]
+    capacity_gib: Annotated[int, Field(ge=1200)] = 4800
+    throughput_per_tib: Literal[125, 250, 500, 1000] = 250
+    s3_import_path: Annotated[str | None, Field(pattern=r"^s3://[a-z0-9.-]+(/.*)?$")] = None
+
+    @model_validator(mode="after")
+    def _capacity_step(self) -> FsxLustre:
+        # PERSISTENT_2 takes 1200 GiB or a multiple of 2400 GiB (FSx CreateFileSystem rules).
+        if self.capacity_gib != 1200 and self.capacity_gib % 2400:
+            raise ValueError(
+                f"FSx for Lustre PERSISTENT_2 capacity_gib={self.capacity_gib} is not 1200 or a multiple "
+                "of 2400; round it to the next multiple of 2400"
+            )
+        return self
+
+
+class Efs(_StorageBase):
+    type: Literal["efs"]
+    throughput_mode: Literal["elastic", "bursting"] = "elastic"
+
+
+class Nfs(_StorageBase):
+    type: Literal["nfs"]
+    server: str
+    export: AbsPath
+    options: str = "vers=4.1,hard,noatime"
+
+
+class Lustre(_StorageBase):
+    type: Literal["lustre"]
+    mgs_nid: str = Field(description="MGS NID, e.g. 10.0.0.5@tcp or 192.168.1.2@o2ib")
+    fsname: Annotated[str, Field(pattern=r"^[a-z0-9]{1,8}$")]
+    options: str = "flock,noatime"
+
+
+Storage = Annotated[FsxLustre | Efs | Nfs | Lustre, Field(discriminator="type")]
+
+
+# ------------------------------------------------------------------------- services, stacks
+
+
+class Accounting(Model):
+    enabled: bool = False
+    storage_host: str = Field("localhost", description="MariaDB host for slurmdbd")
+    database: str = "slurm_acct_db"
+    password_secret: str = Field(
+        "slurmdbd_storage_pass",
+        description="name of the Pulumi secret / Ansible Vault variable holding the DB password (never the value)",
+    )
+
+
+class Monitoring(Model):
+    node_exporter: bool = True
+    dcgm_exporter: bool = True
+    prometheus: bool = True
+    grafana: bool = True
+    scrape_interval_s: Annotated[int, Field(ge=5, le=300)] = 30
+
+
+class HealthChecks(Model):
+    enabled: bool = True
+    interval_s: Annotated[int, Field(ge=60, le=86400)] = 300
+    node_state: Literal["ANY", "IDLE", "ALLOC", "MIXED", "NONDRAINED_IDLE"] = "ANY"
+    program: AbsPath = "/usr/local/sbin/clusterforge-healthcheck"
+
+
+class GpuStack(Model):
+    vendor: Literal["nvidia", "amd"] = "nvidia"
+    driver_branch: Annotated[str, Field(pattern=r"^\d{3}$")] | None = Field(
+        "570", description="NVIDIA datacenter driver branch, pinned; empty for AMD"
+    )
+    cuda: Version | None = "12.8"
+    rocm: Version | None = None
+    nccl: Version = Field("2.26.2", description="NCCL version (RCCL for AMD)")
+    aws_ofi_nccl: Version | None = Field("1.14.0", description="aws-ofi-nccl plugin version on EFA nodes")
+    efa_installer: Version | None = "1.40.0"
+
+    @model_validator(mode="after")
+    def _vendor_stack(self) -> GpuStack:
+        if self.vendor == "amd" and self.rocm is None:
+            raise ValueError("gpu_stack.vendor 'amd' needs rocm (e.g. rocm: '6.3')")
+        return self
+
+
+class SlurmSettings(Model):
+    version: SlurmVersion = Field("24.05", description="Slurm release the configs are rendered for")
+    state_save_location: AbsPath = Field(
+        "/var/spool/slurmctld", description="slurmctld state; on shared storage when there are two controllers"
+    )
+    return_to_service: Literal[0, 1, 2] = 2
+    os_memory_reserve_mib: Annotated[int, Field(ge=0)] = Field(
+        8192, description="memory held back from RealMemory for the OS, slurmd and daemons"
+    )
+    extra_conf: dict[Annotated[str, Field(pattern=r"^[A-Za-z]+$")], str] = Field(
+        default_factory=dict, description="extra slurm.conf key=value lines (escape hatch, printed last)"
+    )
+
+
+OsName = Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
+
+
+class Cluster(Model):
+    """A whole cluster. ``clusterforge validate`` checks it; every other verb starts from it."""
+
+    name: Name
+    os: OsName = "ubuntu-22.04"
+    facts_dir: str | None = Field(
+        None, description="folder of hardware facts discovered on the hosts (relative to the spec file)"
+    )
+    slurm: SlurmSettings = SlurmSettings()
+    aws: Aws | None = None
+    gpu_stack: GpuStack = GpuStack()
+    node_groups: Annotated[list[NodeGroup], Field(min_length=1)]
+    partitions: list[Partition] = Field(default_factory=list)
+    topology: Topology = Topology()
+    storage: list[Storage] = Field(default_factory=list)
+    accounting: Accounting = Accounting()
+    monitoring: Monitoring = Monitoring()
+    health_checks: HealthChecks = HealthChecks()
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Cluster:
+        for what, names in (
+            ("node group", [g.name for g in self.node_groups]),
+            ("partition", [p.name for p in self.partitions]),
+            ("storage", [s.name for s in self.storage]),
+            ("switch", [s.name for s in self.topology.switches]),
+        ):
+            seen: set[str] = set()
+            for n in names:
+                if n in seen:
+                    raise ValueError(f"{what} name {n!r} is used twice; names must be unique")
+                seen.add(n)
+        return self
+
+    def group(self, name: str) -> NodeGroup:
+        for g in self.node_groups:
+            if g.name == name:
+                return g
+        raise KeyError(name)
+
+    def groups_with_role(self, role: Role) -> list[NodeGroup]:
+        return [g for g in self.node_groups if g.role == role]

@@ -1,0 +1,289 @@
+"""The spec: loading, clear errors for bad input, validation rules with levels, the JSON Schema."""
+
+from __future__ import annotations
+
+import copy
+import io
+import sys
+from collections.abc import Callable
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from clusterforge.cli import main
+from clusterforge.errors import SpecError
+from clusterforge.spec import Level, load_spec, parse_spec, validate
+from clusterforge.spec.rules import RULES
+from clusterforge.spec.schema import schema_text
+
+from .conftest import EXAMPLE_SPECS, EXAMPLES, ROOT
+
+
+def raw(name: str) -> dict[str, Any]:
+    return yaml.safe_load((EXAMPLES / name).read_text())  # type: ignore[no-any-return]
+
+
+def run_cli(*args: str) -> tuple[int, str]:
+    """Run the real entry point in-process; any exception other than SystemExit fails the test."""
+    buf = io.StringIO()
+    old = sys.argv
+    sys.argv = ["clusterforge", *args]
+    try:
+        with redirect_stdout(buf), redirect_stderr(buf):
+            try:
+                main()
+                code = 0
+            except SystemExit as exc:
+                code = int(exc.code or 0)
+    finally:
+        sys.argv = old
+    return code, buf.getvalue()
+
+
+@pytest.mark.parametrize("name", EXAMPLE_SPECS)
+def test_examples_validate_without_errors(name: str) -> None:
+    cluster = load_spec(EXAMPLES / name)
+    findings = validate(cluster, EXAMPLES)
+    assert [f for f in findings if f.level is Level.ERROR] == []
+
+
+def test_schema_file_is_current() -> None:
+    checked_in = (ROOT / "schema" / "cluster.schema.json").read_text()
+    assert checked_in == schema_text(), "schema/cluster.schema.json is stale: run `clusterforge schema > schema/cluster.schema.json`"
+
+
+# ------------------------------------------------------------------ bad input, clear message
+
+
+def test_unknown_key_names_path_and_suggests() -> None:
+    data = raw("p5-training.yaml")
+    data["node_groups"][2]["cloud"]["placement_grup"] = True
+    with pytest.raises(SpecError) as exc:
+        parse_spec(data, "p5.yaml")
+    msg = str(exc.value)
+    assert "node_groups[2].cloud.placement_grup" in msg
+    assert "did you mean 'placement_group'" in msg
+
+
+def test_wrong_type_names_field_and_value() -> None:
+    data = raw("p5-training.yaml")
+    data["node_groups"][2]["cloud"]["count"] = "sixteen"
+    msg = str(pytest.raises(SpecError, parse_spec, data, "p5.yaml").value)
+    assert "node_groups[2].cloud.count = 'sixteen'" in msg
+
+
+def test_bad_cidr_says_how_to_fix() -> None:
+    data = raw("p5-training.yaml")
+    data["aws"]["vpc_cidr"] = "10.20.0.1/16"
+    msg = str(pytest.raises(SpecError, parse_spec, data, "p5.yaml").value)
+    assert "aws.vpc_cidr" in msg and "host bits zero" in msg
+
+
+def test_capacity_block_needs_reservation() -> None:
+    data = raw("p5-training.yaml")
+    del data["node_groups"][2]["cloud"]["capacity"]["reservation_id"]
+    msg = str(pytest.raises(SpecError, parse_spec, data, "p5.yaml").value)
+    assert "node_groups[2].cloud.capacity" in msg and "reservation_id" in msg
+
+
+@pytest.mark.parametrize(
+    ("content", "expect"),
+    [
+        ("name: [unclosed\n", "not valid YAML at line"),
+        ("- just\n- a list\n", "must be a YAML mapping"),
+        ("", "must be a YAML mapping"),
+        ("name: ok-name\n", "node_groups: required field is missing"),
+    ],
+)
+def test_cli_bad_files_exit_2(tmp_path: Path, content: str, expect: str) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(content)
+    code, text = run_cli("validate", str(spec))
+    assert code == 2
+    assert expect in text
+    assert "Traceback" not in text
+
+
+def test_cli_missing_file_exit_2(tmp_path: Path) -> None:
+    code, text = run_cli("render", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "o"))
+    assert code == 2 and "does not exist" in text
+
+
+# A generator of malformed specs: each example mutated by deleting keys, adding unknown keys,
+# swapping values for values of other types, and corrupting the YAML text.
+JUNK = st.one_of(
+    st.none(), st.integers(-5, 10**6), st.text(max_size=12), st.booleans(),
+    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+    st.sampled_from(["10.0.0.0/33", "dgx-[9-1]", "p9.huge", "-1", "0.0.0.0/0", "gpu-[001-999999]"]),
+)
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix] if prefix else []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+def _set(node: Any, path: tuple[Any, ...], value: Any, delete: bool = False) -> None:
+    for p in path[:-1]:
+        node = node[p]
+    if delete:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_no_traceback_for_malformed_specs(tmp_path: Path, data: st.DataObject) -> None:
+    name = data.draw(st.sampled_from(EXAMPLE_SPECS))
+    spec = copy.deepcopy(raw(name))
+    for _ in range(data.draw(st.integers(1, 3))):
+        paths = _paths(spec)
+        if not paths:
+            break
+        path = data.draw(st.sampled_from(paths))
+        action = data.draw(st.sampled_from(["delete", "junk", "unknown"]))
+        try:
+            if action == "delete":
+                _set(spec, path, None, delete=True)
+            elif action == "junk":
+                _set(spec, path, data.draw(JUNK))
+            else:
+                _set(spec, (*path[:-1], data.draw(st.text("abcxyz_", min_size=1, max_size=8))), 1)
+        except (TypeError, KeyError, IndexError):
+            continue
+    text = yaml.safe_dump(spec)
+    if data.draw(st.booleans()):
+        cut = data.draw(st.integers(0, len(text)))
+        text = text[:cut] + data.draw(st.sampled_from(["", ":", "\t", "[", "{{", "- "])) + text[cut:]
+    f = tmp_path / "spec.yaml"
+    f.write_text(text)
+    if name == "amd-mi300x.yaml":
+        # its facts_dir is relative to the spec file
+        (tmp_path / "facts").mkdir(exist_ok=True)
+    for verb in (["validate", str(f)], ["render", str(f), "--out", str(tmp_path / "out")]):
+        code, out = run_cli(*verb)
+        assert code in (0, 1, 2), out
+        assert "Traceback" not in out
+
+
+# ------------------------------------------------------------------------ validation rules
+
+Mut = Callable[[dict[str, Any]], None]
+
+
+def _g(d: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(g for g in d["node_groups"] if g["name"] == name)  # type: ignore[no-any-return]
+
+
+CASES: list[tuple[str, str, Mut, Level]] = [
+    ("p5-training.yaml", "unknown-profile", lambda d: _g(d, "cpu")["cloud"].update(instance_type="c9z.48xlarge"), Level.ERROR),
+    ("p5-training.yaml", "controller-count", lambda d: _g(d, "head")["cloud"].update(count=3), Level.ERROR),
+    ("onprem-dgx.yaml", "duplicate-host", lambda d: _g(d, "cpu")["onprem"].update(
+        hosts="dgx-[001-008]", placement=[]), Level.ERROR),
+    ("onprem-dgx.yaml", "duplicate-address", lambda d: _g(d, "cpu")["onprem"].update(addresses="10.10.1.[1-8]"), Level.ERROR),
+    ("p5-training.yaml", "unknown-subnet", lambda d: _g(d, "gpu")["cloud"].update(subnet="private-z"), Level.ERROR),
+    ("p5-training.yaml", "efa-unsupported", lambda d: _g(d, "cpu")["cloud"].update(
+        instance_type="m7i.4xlarge", efa=True, placement_group=True), Level.ERROR),
+    ("p5-training.yaml", "efa-needs-placement", lambda d: _g(d, "gpu")["cloud"].update(capacity={"type": "on_demand"}), Level.ERROR),
+    ("p5-training.yaml", "placement-with-capacity-block", lambda d: _g(d, "gpu")["cloud"].update(placement_group=True), Level.WARNING),
+    ("p5-training.yaml", "efa-on-spot", lambda d: _g(d, "gpu")["cloud"].update(capacity={"type": "spot"}, placement_group=True), Level.WARNING),
+    ("p5-training.yaml", "efa-without-ofi", lambda d: d["gpu_stack"].update(aws_ofi_nccl=None), Level.ERROR),
+    ("p5-training.yaml", "ofi-too-old", lambda d: d["gpu_stack"].update(aws_ofi_nccl="1.6.0"), Level.ERROR),
+    ("p5-training.yaml", "nccl-too-old", lambda d: d["gpu_stack"].update(nccl="2.18.3"), Level.WARNING),
+    ("p5-training.yaml", "efa-multi-az", lambda d: (
+        d["aws"]["subnets"].append({"name": "private-b", "cidr": "10.20.32.0/20", "availability_zone": "us-east-1b"}),
+        _g(d, "gpu")["cloud"].pop("subnet")), Level.ERROR),
+    ("p5-training.yaml", "fabric-not-in-cloud", lambda d: _g(d, "gpu").update(fabric={"type": "infiniband"}), Level.ERROR),
+    ("onprem-dgx.yaml", "efa-fabric-without-efa", lambda d: _g(d, "dgx").update(fabric={"type": "efa"}), Level.ERROR),
+    ("onprem-dgx.yaml", "no-hcas", lambda d: _g(d, "dgx")["fabric"].update(hcas=[]), Level.WARNING),
+    ("amd-mi300x.yaml", "roce-gid-auto", lambda d: _g(d, "mi300x")["fabric"].pop("gid_index"), Level.INFO),
+    ("onprem-dgx.yaml", "gpu-vendor-mismatch", lambda d: d["gpu_stack"].update(vendor="amd", rocm="6.3"), Level.ERROR),
+    ("onprem-dgx.yaml", "cpu-layout-unknown", lambda d: _g(d, "dgx")["onprem"].update(profile="g6e.48xlarge"), Level.INFO),
+    ("p5-training.yaml", "subnet-outside-vpc", lambda d: d["aws"]["subnets"][0].update(cidr="10.99.0.0/24"), Level.ERROR),
+    ("p5-training.yaml", "subnets-overlap", lambda d: d["aws"]["subnets"][1].update(cidr="10.20.0.0/20"), Level.ERROR),
+    ("p5-training.yaml", "no-private-subnet", lambda d: d["aws"]["subnets"][1].update(public=True), Level.ERROR),
+    ("p5-training.yaml", "ssh-open-to-world", lambda d: d["aws"].update(login_allowed_cidrs=["0.0.0.0/0"]), Level.WARNING),
+    ("p5-training.yaml", "many-defaults", lambda d: d["partitions"][1].update(default=True), Level.ERROR),
+    ("p5-training.yaml", "no-default-partition", lambda d: d["partitions"][0].update(default=False), Level.WARNING),
+    ("p5-training.yaml", "implicit-partition", lambda d: d.pop("partitions"), Level.INFO),
+    ("p5-training.yaml", "unknown-node-group", lambda d: d["partitions"][0].update(node_groups=["gpux"]), Level.ERROR),
+    ("p5-training.yaml", "non-compute-in-partition", lambda d: d["partitions"][1].update(node_groups=["cpu", "login"]), Level.ERROR),
+    ("hybrid.yaml", "mixed-gpus", lambda d: (
+        _g(d, "burst")["cloud"].update(instance_type="p4d.24xlarge"),
+        d["partitions"][0].update(node_groups=["dgx", "burst"])), Level.ERROR),
+    ("p5-training.yaml", "gpu-and-cpu-partition", lambda d: d["partitions"][0].update(node_groups=["gpu", "cpu"]), Level.WARNING),
+    ("onprem-dgx.yaml", "unknown-parent-switch", lambda d: d["topology"]["switches"][1].update(parent="core"), Level.ERROR),
+    ("onprem-dgx.yaml", "switch-cycle", lambda d: d["topology"]["switches"][0].update(parent="leaf-a"), Level.ERROR),
+    ("onprem-dgx.yaml", "topology-roots", lambda d: d["topology"]["switches"][3].update(parent=None), Level.ERROR),
+    ("onprem-dgx.yaml", "unknown-switch", lambda d: _g(d, "dgx")["onprem"]["placement"][0].update(switch="leaf-x"), Level.ERROR),
+    ("onprem-dgx.yaml", "hosts-on-inner-switch", lambda d: _g(d, "dgx")["onprem"]["placement"][0].update(switch="spine"), Level.ERROR),
+    ("onprem-dgx.yaml", "placement-unknown-host", lambda d: _g(d, "dgx")["onprem"]["placement"][0].update(hosts="dgx-[001-017],dgx-099"), Level.ERROR),
+    ("onprem-dgx.yaml", "host-placed-twice", lambda d: _g(d, "dgx")["onprem"]["placement"][1].update(hosts="dgx-[016-032]"), Level.ERROR),
+    ("onprem-dgx.yaml", "unplaced-hosts", lambda d: _g(d, "dgx")["onprem"]["placement"].pop(), Level.WARNING),
+    ("onprem-dgx.yaml", "block-unknown-host", lambda d: (
+        d["slurm"].update(version="24.05"), d["topology"].update(blocks=[{"name": "nvl1", "hosts": "gpu-[1-2]"}])), Level.ERROR),
+    ("p5-training.yaml", "missing-ec2-topology", lambda d: d.setdefault("topology", {}).update(ec2_instance_topology="no.json"), Level.ERROR),
+    ("onprem-dgx.yaml", "block-needs-2311", lambda d: d["topology"].update(blocks=[{"name": "nvl1", "hosts": "dgx-[001-008]"}]), Level.ERROR),
+    ("onprem-dgx.yaml", "blocksizes-needs-2405", lambda d: (
+        d["slurm"].update(version="23.11"), d["topology"].update(blocks=[{"name": "b1", "hosts": "dgx-[001-008]"}], block_sizes=[8])), Level.ERROR),
+    ("onprem-dgx.yaml", "blocksizes-invalid", lambda d: (
+        d["slurm"].update(version="24.05"), d["topology"].update(blocks=[{"name": "b1", "hosts": "dgx-[001-008]"}], block_sizes=[8, 24])), Level.ERROR),
+    ("p5-training.yaml", "empty-tree", lambda d: d.setdefault("topology", {}).update(plugin="tree"), Level.ERROR),
+    ("p5-training.yaml", "empty-block", lambda d: d.setdefault("topology", {}).update(plugin="block"), Level.ERROR),
+    ("onprem-dgx.yaml", "topology-yaml", lambda d: d["slurm"].update(version="25.05"), Level.INFO),
+    ("onprem-dgx.yaml", "checkpoints-on-nfs", lambda d: d["storage"][0].update(purpose=["home", "checkpoints"]), Level.WARNING),
+    ("onprem-dgx.yaml", "duplicate-mount", lambda d: d["storage"][1].update(mount="/home"), Level.ERROR),
+    ("onprem-dgx.yaml", "aws-storage-without-aws", lambda d: d["storage"].append({"name": "efs1", "type": "efs", "mount": "/efs"}), Level.ERROR),
+    ("onprem-dgx.yaml", "missing-facts-dir", lambda d: d.update(facts_dir="nowhere"), Level.ERROR),
+    ("p5-training.yaml", "ha-state-not-shared", lambda d: _g(d, "head")["cloud"].update(count=2), Level.ERROR),
+    ("p5-training.yaml", "no-compute", lambda d: (
+        d.update(node_groups=[g for g in d["node_groups"] if g["role"] != "compute"]), d.pop("partitions")), Level.ERROR),
+]
+
+
+@pytest.mark.parametrize(("example", "code", "mutate", "level"), CASES, ids=[c[1] for c in CASES])
+def test_rule_fires(example: str, code: str, mutate: Mut, level: Level) -> None:
+    data = raw(example)
+    before = {f.code for f in validate(parse_spec(copy.deepcopy(data)), EXAMPLES)}
+    assert code not in before, f"{code} fires on the unmodified example"
+    mutate(data)
+    findings = validate(parse_spec(data), EXAMPLES)
+    hits = [f for f in findings if f.code == code]
+    assert hits, f"{code} did not fire; got {[f.code for f in findings]}"
+    f = hits[0]
+    assert f.level is level
+    # every message names a path, says why and how to fix
+    assert f.path and f.why and f.fix
+
+
+def test_every_rule_is_exercised() -> None:
+    """Each registered rule function has at least one case above that makes it fire."""
+    covered = {c[1] for c in CASES}
+    for r in RULES:
+        src = Path(sys.modules[r.__module__].__file__ or "").read_text()
+        body = src.split(f"def {r.__name__}(", 1)[1].split("\n@rule", 1)[0].split("\ndef validate", 1)[0]
+        codes = {tok.split('"')[1] for tok in body.split("Level.")[1:] if tok.count('"') >= 2}
+        assert codes & covered, f"rule {r.__name__} has no firing test"
+
+
+def test_validate_cli_exit_codes(tmp_path: Path) -> None:
+    data = raw("p5-training.yaml")
+    _g(data, "gpu")["cloud"]["capacity"] = {"type": "on_demand"}
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(data))
+    code, text = run_cli("validate", str(f))
+    assert code == 1 and "efa-needs-placement" in text and "fix:" in text
+    code, _ = run_cli("validate", str(EXAMPLES / "p5-training.yaml"))
+    assert code == 0
