@@ -1,0 +1,222 @@
+"""Plan output: a plain-text tree for people, stable sorted JSON for machines (and diffs)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from clusterforge.plan.model import PLAN_FORMAT, SECRET, UNKNOWN, Plan, PlannedResource
+
+
+def _round(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict):
+        return {k: _round(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_round(v) for v in value]
+    return value
+
+
+def to_dict(plan: Plan) -> dict[str, Any]:
+    cost = plan.cost
+    return _round(
+        {
+            "format": PLAN_FORMAT,
+            "cluster": plan.cluster,
+            "spec_path": plan.spec_path,
+            "stack": plan.stack,
+            "region": plan.region,
+            "resources": {
+                r.key: {
+                    "type": r.type,
+                    "name": r.name,
+                    "parent": r.parent,
+                    "kind": r.kind,
+                    "properties": r.properties,
+                }
+                for r in plan.resources
+            },
+            "counts": plan.counts,
+            "outputs": plan.outputs,
+            "files": {
+                f.name: {"node_path": f.node_path, "sha256": f.sha256, "groups": list(f.groups)}
+                for f in plan.files
+            },
+            "cost": {
+                "currency": cost.currency,
+                "region": cost.region,
+                "as_of": cost.as_of,
+                "lines": [asdict(line) for line in cost.lines],
+                "total_hourly": cost.total_hourly,
+                "total_monthly": cost.total_monthly,
+                "notes": list(cost.notes),
+            },
+            "notes": list(plan.notes),
+        }
+    )
+
+
+def to_json(plan: Plan) -> str:
+    """Stable, sorted JSON: the same spec gives byte-identical output."""
+    return json.dumps(to_dict(plan), indent=2, sort_keys=True) + "\n"
+
+
+# ----------------------------------------------------------------------------- text tree
+
+
+def _short_type(t: str) -> str:
+    """``aws:ec2/launchTemplate:LaunchTemplate`` -> ``aws:ec2:LaunchTemplate``."""
+    parts = t.split(":")
+    if len(parts) == 3 and "/" in parts[1]:
+        return f"{parts[0]}:{parts[1].split('/')[0]}:{parts[2]}"
+    return t
+
+
+def _get(d: Any, *path: str) -> Any:
+    for p in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(p)
+    return d
+
+
+def _interfaces(props: dict[str, Any]) -> str:
+    nis = props.get("networkInterfaces") or []
+    kinds: dict[str, int] = {}
+    for ni in nis:
+        t = str(ni.get("interfaceType", "interface"))
+        kinds[t] = kinds.get(t, 0) + 1
+    public = any(ni.get("associatePublicIpAddress") is True for ni in nis)
+    detail = " + ".join(f"{n} {t}" for t, n in sorted(kinds.items()))
+    return f"{len(nis)} NICs ({detail}){' PUBLIC IP' if public else ''}"
+
+
+def _lt(p: dict[str, Any]) -> str:
+    bits = [
+        str(p.get("instanceType")),
+        _interfaces(p),
+        f"IMDS tokens={_get(p, 'metadataOptions', 'httpTokens')}",
+    ]
+    root = (p.get("blockDeviceMappings") or [{}])[0]
+    bits.append(f"root {_get(root, 'ebs', 'volumeSize')} GiB encrypted={_get(root, 'ebs', 'encrypted')}")
+    if _get(p, "placement", "groupName"):
+        bits.append("placement group")
+    market = _get(p, "instanceMarketOptions", "marketType")
+    if market:
+        bits.append(f"market={market}")
+    cr = _get(p, "capacityReservationSpecification", "capacityReservationTarget", "capacityReservationId")
+    if cr:
+        bits.append(f"reservation={cr}")
+    return ", ".join(bits)
+
+
+def _rule(p: dict[str, Any]) -> str:
+    proto = p.get("ipProtocol")
+    ports = "all" if proto == "-1" else f"{proto} {p.get('fromPort')}-{p.get('toPort')}"
+    peer = (
+        p.get("cidrIpv4")
+        or p.get("cidrIpv6")
+        or ("group " + str(p.get("referencedSecurityGroupId")) if p.get("referencedSecurityGroupId") else "?")
+    )
+    return f"{ports} {peer}"
+
+
+def _asg(p: dict[str, Any]) -> str:
+    spot = " spot" if p.get("mixedInstancesPolicy") else ""
+    return f"size {p.get('minSize')}/{p.get('desiredCapacity')}/{p.get('maxSize')} (min/desired/max){spot}"
+
+
+SUMMARY: dict[str, Callable[[dict[str, Any]], str]] = {
+    "aws:ec2/vpc:Vpc": lambda p: str(p.get("cidrBlock")),
+    "aws:ec2/subnet:Subnet": lambda p: f"{p.get('cidrBlock')} {p.get('availabilityZone')}",
+    "aws:ec2/route:Route": lambda p: f"{p.get('destinationCidrBlock')}",
+    "aws:ec2/vpcEndpoint:VpcEndpoint": lambda p: f"{p.get('serviceName')} ({p.get('vpcEndpointType')})",
+    "aws:ec2/securityGroup:SecurityGroup": lambda p: str(p.get("description")),
+    "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": lambda p: "in " + _rule(p),
+    "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": lambda p: "out " + _rule(p),
+    "aws:ec2/launchTemplate:LaunchTemplate": _lt,
+    "aws:autoscaling/group:Group": _asg,
+    "aws:ec2/placementGroup:PlacementGroup": lambda p: f"strategy={p.get('strategy')}",
+    "aws:ec2/instance:Instance": lambda p: (
+        f"{p.get('instanceType')}, public IP={p.get('associatePublicIpAddress')}, "
+        f"IMDS tokens={_get(p, 'metadataOptions', 'httpTokens')}, "
+        f"root {_get(p, 'rootBlockDevice', 'volumeSize')} GiB "
+        f"encrypted={_get(p, 'rootBlockDevice', 'encrypted')}"
+    ),
+    "aws:fsx/lustreFileSystem:LustreFileSystem": lambda p: (
+        f"{p.get('deploymentType')} {p.get('storageCapacity')} GiB "
+        f"{p.get('perUnitStorageThroughput')} MB/s/TiB"
+    ),
+    "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": lambda p: (
+        f"{p.get('dataRepositoryPath')} -> {p.get('fileSystemPath')}"
+    ),
+    "aws:efs/fileSystem:FileSystem": lambda p: f"encrypted={p.get('encrypted')} {p.get('throughputMode')}",
+    "aws:ssm/parameter:Parameter": lambda p: f"{p.get('name')} ({p.get('type')})",
+    "aws:iam/rolePolicyAttachment:RolePolicyAttachment": lambda p: str(p.get("policyArn", "")).rsplit("/", 1)[
+        -1
+    ],
+    "pulumi:providers:aws": lambda p: f"region={p.get('region')}",
+}
+
+
+def _summary(r: PlannedResource) -> str:
+    fn = SUMMARY.get(r.type)
+    try:
+        return fn(r.properties) if fn else ""
+    except (AttributeError, TypeError, IndexError):  # a malformed input still prints
+        return ""
+
+
+def format_text(plan: Plan) -> str:
+    """The plan as an indented tree plus counts, files, outputs and cost (rich-friendly plain text)."""
+    out: list[str] = []
+    w = out.append
+    w(f"Plan for cluster {plan.cluster} (stack {plan.stack}, region {plan.region}, spec {plan.spec_path})")
+    for note in plan.notes:
+        w(f"  {note}")
+    w("")
+    w(f"Resources: {plan.cloud_resource_count} AWS resources in {len(plan.resources)} registrations")
+    children: dict[str | None, list[PlannedResource]] = {}
+    for r in plan.resources:
+        children.setdefault(r.parent, []).append(r)
+    keys = {r.key for r in plan.resources}
+    roots = [r for r in plan.resources if r.parent is None or r.parent not in keys]
+
+    def walk(r: PlannedResource, prefix: str, last: bool, top: bool) -> None:
+        branch = "" if top else ("└─ " if last else "├─ ")
+        summary = _summary(r)
+        w(f"{prefix}{branch}{_short_type(r.type)} {r.name}{'  ' + summary if summary else ''}")
+        kids = sorted(children.get(r.key, []), key=lambda c: (c.kind != "component", c.type, c.name))
+        ext = "" if top else ("   " if last else "│  ")
+        for i, c in enumerate(kids):
+            walk(c, prefix + ext, i == len(kids) - 1, False)
+
+    for r in sorted(roots, key=lambda r: (r.kind != "provider", r.key)):
+        walk(r, "  ", True, True)
+    w("")
+    w("Counts per type:")
+    width = max((len(t) for t in plan.counts), default=0)
+    for t, n in plan.counts.items():
+        w(f"  {t:<{width}}  {n:>4}")
+    w("")
+    w(f"Rendered files ({len(plan.files)}):")
+    for f in plan.files:
+        w(f"  {f.sha256[:16]}  {f.name} -> {f.node_path}  [{', '.join(f.groups)}]")
+    w("")
+    w("Stack outputs:")
+    for k in sorted(plan.outputs):
+        w(f"  {k} = {json.dumps(plan.outputs[k], sort_keys=True)}")
+    w("")
+    c = plan.cost
+    w(f"Estimated cost ({c.currency}, {c.region} prices as of {c.as_of}; estimates):")
+    for line in c.lines:
+        unit = f"{line.unit_price_hour:.4f}/{line.unit}-h" if line.unit_price_hour is not None else "no price"
+        w(f"  {line.hourly:>10.2f}/h  {line.item}  [{unit}; {line.basis}]")
+    w(f"  {c.total_hourly:>10.2f}/h  total  (~{c.total_monthly:,.0f}/month at {c.hours_per_month} h)")
+    for note in c.notes:
+        w(f"  note: {note}")
+    w(f"Unknown values read {UNKNOWN!r}; secrets read {SECRET!r}.")
+    return "\n".join(out) + "\n"

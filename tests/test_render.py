@@ -1,0 +1,311 @@
+"""The renderer: golden files, determinism, atomic writes, version gates, content rules.
+
+Golden files live in tests/golden/<example>/ and are reviewed by reading them; regenerate with
+``CLUSTERFORGE_UPDATE_GOLDEN=1 pytest tests/test_render.py``. tests/test_slurm_daemons.py loads
+every golden file that Slurm 22.05 can read into the real daemons.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from clusterforge.errors import ClusterforgeError
+from clusterforge.render import build_model, render_cluster
+from clusterforge.render.versions import FEATURES, has
+from clusterforge.render.writer import MANIFEST, render_tree, write_render
+from clusterforge.spec import load_spec
+
+from .conftest import EXAMPLE_SPECS, EXAMPLES, ROOT
+
+GOLDEN = ROOT / "tests" / "golden"
+UPDATE = os.environ.get("CLUSTERFORGE_UPDATE_GOLDEN") == "1"
+
+
+def rendered(name: str, version: str | None = None) -> dict[str, bytes]:
+    cluster = load_spec(EXAMPLES / name)
+    return render_tree(render_cluster(cluster, base_dir=EXAMPLES, slurm_version=version))
+
+
+@pytest.mark.parametrize("name", EXAMPLE_SPECS)
+def test_golden(name: str) -> None:
+    tree = rendered(name)
+    gdir = GOLDEN / Path(name).stem
+    if UPDATE:
+        for old in gdir.rglob("*"):
+            if old.is_file():
+                old.unlink()
+        for rel, data in tree.items():
+            (gdir / rel).parent.mkdir(parents=True, exist_ok=True)
+            (gdir / rel).write_bytes(data)
+    golden = {str(p.relative_to(gdir)): p.read_bytes() for p in gdir.rglob("*") if p.is_file()}
+    assert sorted(golden) == sorted(tree), "rendered file set differs from the golden set"
+    for rel in tree:
+        assert tree[rel].decode() == golden[rel].decode(), f"{name}: {rel} differs from tests/golden"
+
+
+@pytest.mark.parametrize("name", EXAMPLE_SPECS)
+def test_render_is_deterministic(name: str) -> None:
+    assert rendered(name) == rendered(name)
+
+
+def test_second_write_changes_nothing(tmp_path: Path) -> None:
+    cluster = load_spec(EXAMPLES / "onprem-dgx.yaml")
+    result = render_cluster(cluster, base_dir=EXAMPLES)
+    out = tmp_path / "out"
+    assert write_render(result, out) is True
+    first = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    mtimes = {p: p.stat().st_mtime_ns for p in first}
+    assert write_render(result, out) is False
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == first
+    assert {p: p.stat().st_mtime_ns for p in first} == mtimes
+    assert oct((out / "slurm/slurmdbd.conf").stat().st_mode & 0o777) == "0o600"
+    assert oct((out / "health/dgx.sh").stat().st_mode & 0o777) == "0o755"
+
+
+def test_write_replaces_whole_set(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    write_render(render_cluster(load_spec(EXAMPLES / "onprem-dgx.yaml"), base_dir=EXAMPLES), out)
+    write_render(render_cluster(load_spec(EXAMPLES / "p5-training.yaml"), base_dir=EXAMPLES), out)
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert manifest["cluster"] == "p5-training"
+    assert not (out / "slurm/topology.conf").exists(), "a file of the previous render survived"
+    assert not list(tmp_path.glob(".out.new-*")), "temp folder left behind"
+
+
+def test_refuses_foreign_folder(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ClusterforgeError, match="not a clusterforge render"):
+        write_render(render_cluster(load_spec(EXAMPLES / "local.yaml"), base_dir=EXAMPLES), tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_killed_render_leaves_previous_output(tmp_path: Path) -> None:
+    """SIGKILL a render half-way through writing: the old output must be intact and complete."""
+    out = tmp_path / "out"
+    write_render(render_cluster(load_spec(EXAMPLES / "onprem-dgx.yaml"), base_dir=EXAMPLES), out)
+    before = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    script = textwrap.dedent(
+        f"""
+        import os, sys
+        from pathlib import Path
+        import clusterforge.render.writer as w
+        from clusterforge.render import render_cluster
+        from clusterforge.spec import load_spec
+        real_fsync = os.fsync
+        count = 0
+        def fsync(fd):
+            global count
+            count += 1
+            if count == 3:  # some files of the new tree are written, not all
+                sys.stdout.write("mid-write\\n"); sys.stdout.flush()
+                os.kill(os.getpid(), 9)
+            real_fsync(fd)
+        w.os.fsync = fsync
+        r = render_cluster(load_spec({str(EXAMPLES / 'p5-training.yaml')!r}), base_dir=Path({str(EXAMPLES)!r}))
+        w.write_render(r, Path({str(out)!r}))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL and "mid-write" in proc.stdout
+    after = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before
+
+
+# ----------------------------------------------------------------------- content rules
+
+
+def test_slurm_conf_grows_with_groups_not_nodes() -> None:
+    text = rendered("onprem-dgx.yaml")["slurm/slurm.conf"].decode()
+    node_lines = [ln for ln in text.splitlines() if ln.startswith("NodeName=")]
+    assert node_lines == [ln for ln in node_lines if "[" in ln] and len(node_lines) == 2
+
+
+def test_missing_gres_types_never_rendered() -> None:
+    for name in EXAMPLE_SPECS:
+        text = rendered(name)["slurm/slurm.conf"].decode()
+        if "Gres=gpu:" in text:
+            assert "\nGresTypes=gpu\n" in text, name
+
+
+def test_cgroup_constrains_devices_and_version_gates() -> None:
+    old = rendered("onprem-dgx.yaml", "22.05")["slurm/cgroup.conf"].decode()
+    new = rendered("onprem-dgx.yaml", "24.05")["slurm/cgroup.conf"].decode()
+    assert "ConstrainDevices=yes" in old and "ConstrainDevices=yes" in new
+    assert "CgroupAutomount=yes" in old and "CgroupAutomount" not in new
+
+
+def test_gres_cores_follow_numa_affinity() -> None:
+    text = rendered("onprem-dgx.yaml")["slurm/gres.conf"].decode()
+    assert "File=/dev/nvidia3 Cores=0-55 " in text and "File=/dev/nvidia4 Cores=56-111 " in text
+    assert "AutoDetect=off" in text
+    p5 = rendered("p5-training.yaml")["slurm/gres.conf"].decode()
+    assert "File=/dev/nvidia0 Cores=0-47 Links=-1,18,18,18,18,18,18,18" in p5
+
+
+def test_unknown_affinity_leaves_cores_out() -> None:
+    cluster = load_spec(EXAMPLES / "p5-training.yaml")
+    data = cluster.model_dump()
+    data["node_groups"][2]["cloud"]["instance_type"] = "g5.48xlarge"
+    data["node_groups"][2]["cloud"]["capacity"] = {"type": "on_demand"}
+    data["node_groups"][2]["cloud"]["placement_group"] = True
+    from clusterforge.spec import parse_spec
+
+    text = render_tree(render_cluster(parse_spec(data), base_dir=EXAMPLES))["slurm/gres.conf"].decode()
+    lines = [ln for ln in text.splitlines() if ln.startswith("NodeName=")]
+    assert lines == ["NodeName=gpu-[001-016] Name=gpu Type=a10g File=/dev/nvidia[0-7]"]
+
+
+def test_topology_has_one_root_and_leaves_first() -> None:
+    text = rendered("onprem-dgx.yaml")["slurm/topology.conf"].decode()
+    lines = [ln for ln in text.splitlines() if ln.startswith("SwitchName=")]
+    assert lines[-1] == "SwitchName=spine Switches=leaf-a,leaf-b,leaf-c"
+    assert "SwitchName=leaf-a Nodes=dgx-[001-016]" in lines
+
+
+def test_no_topology_plugin_without_topology() -> None:
+    tree = rendered("p5-training.yaml")
+    assert "slurm/topology.conf" not in tree
+    assert "TopologyPlugin" not in tree["slurm/slurm.conf"].decode()
+
+
+def test_hybrid_cloud_group_gets_its_own_leaf() -> None:
+    text = rendered("hybrid.yaml")["slurm/topology.conf"].decode()
+    assert "SwitchName=aws-burst Nodes=burst-[001-004]" in text
+    assert "SwitchName=site Switches=aws-burst,leaf-1" in text
+
+
+def test_ec2_topology_file_builds_tree(tmp_path: Path) -> None:
+    (tmp_path / "topo.json").write_text(
+        json.dumps(
+            {
+                "gpu-001": ["nn-a", "nn-b1", "nn-c1"],
+                "gpu-002": ["nn-a", "nn-b1", "nn-c1"],
+                "gpu-003": ["nn-a", "nn-b2", "nn-c2"],
+                "gpu-004": ["nn-z", "nn-b3", "nn-c3"],
+            }
+        )
+    )
+    spec = (EXAMPLES / "p5-training.yaml").read_text().replace("count: 16", "count: 4")
+    spec += "topology:\n  ec2_instance_topology: topo.json\n"
+    (tmp_path / "s.yaml").write_text(spec)
+    cluster = load_spec(tmp_path / "s.yaml")
+    m = build_model(cluster, base_dir=tmp_path)
+    sw = {s.name: s for s in m.topology.switches}
+    assert sw["nn-c1"].nodes == "gpu-[001-002]"
+    assert sw["nn-a"].switches == "nn-b1,nn-b2"
+    # two top-layer nodes -> one synthetic root above them
+    assert sw["ec2-root"].switches == "nn-a,nn-z,unplaced"
+    # the CPU group has no EC2 topology data (c7i is not supported by the API)
+    assert sw["unplaced"].nodes == "cpu-[001-004]"
+    assert m.topology.plugin == "topology/tree"
+
+
+def test_topology_yaml_for_2505() -> None:
+    tree = rendered("onprem-dgx.yaml", "25.05")
+    assert "slurm/topology.conf" not in tree
+    text = tree["slurm/topology.yaml"].decode()
+    assert "- topology: default" in text and "switch: spine" in text
+    assert "TopologyPlugin" not in tree["slurm/slurm.conf"].decode()
+
+
+def test_block_topology_for_2405(tmp_path: Path) -> None:
+    spec = (EXAMPLES / "onprem-dgx.yaml").read_text().replace('version: "22.05"', 'version: "24.05"')
+    spec = spec.replace(
+        "topology:\n",
+        "topology:\n  plugin: block\n  block_sizes: [8, 16]\n  blocks:\n"
+        "    - {name: nvl1, hosts: 'dgx-[001-008]'}\n    - {name: nvl2, hosts: 'dgx-[009-016]'}\n",
+    )
+    (tmp_path / "s.yaml").write_text(spec)
+    tree = render_tree(render_cluster(load_spec(tmp_path / "s.yaml"), base_dir=tmp_path))
+    text = tree["slurm/topology.conf"].decode()
+    assert "BlockName=nvl1 Nodes=dgx-[001-008]" in text and "BlockSizes=8,16" in text
+    assert "TopologyPlugin=topology/block" in tree["slurm/slurm.conf"].decode()
+
+
+@pytest.mark.parametrize(
+    ("version", "feature", "expected"),
+    [
+        ("22.05", "topology_block", False), ("23.11", "topology_block", True),
+        ("23.11", "block_sizes", False), ("24.05", "block_sizes", True),
+        ("24.11", "topology_yaml", False), ("25.05", "topology_yaml", True),
+        ("23.02", "no_cgroup_automount", False), ("23.11", "no_cgroup_automount", True),
+        ("23.02", "cons_tres_default", False), ("23.11", "cons_tres_default", True),
+    ],
+)
+def test_version_gates(version: str, feature: str, expected: bool) -> None:
+    from clusterforge.spec.types import version_tuple
+
+    assert feature in FEATURES
+    assert has(version_tuple(version), feature) is expected
+
+
+# --------------------------------------------------------------------------------- NCCL
+
+
+def test_efa_nccl_sets_only_what_the_plugin_needs() -> None:
+    text = rendered("p5-training.yaml")["nccl/gpu.conf"].decode()
+    keys = {ln.split("=", 1)[0] for ln in text.splitlines() if ln and not ln.startswith("#")}
+    assert keys == {"NCCL_SOCKET_IFNAME", "NCCL_DEBUG"}
+    for forbidden in ("FI_PROVIDER=", "NCCL_PROTO=", "NCCL_BUFFSIZE=", "FI_EFA_FORK_SAFE="):
+        assert f"\n{forbidden}" not in text
+    # every variable carries a comment saying why
+    lines = text.splitlines()
+    for i, ln in enumerate(lines):
+        if ln and not ln.startswith("#"):
+            assert lines[i - 1].startswith("# "), ln
+    env = rendered("p5-training.yaml")["env/gpu.sh"].decode()
+    assert "/opt/amazon/ofi-nccl/lib" in env
+
+
+def test_old_ofi_plugin_gets_legacy_variables(tmp_path: Path) -> None:
+    spec = (EXAMPLES / "p5-training.yaml").read_text().replace('aws_ofi_nccl: "1.14.0"', 'aws_ofi_nccl: "1.5.0"')
+    spec = spec.replace("instance_type: p5.48xlarge", "instance_type: p4d.24xlarge")
+    (tmp_path / "s.yaml").write_text(spec)
+    tree = render_tree(render_cluster(load_spec(tmp_path / "s.yaml"), base_dir=tmp_path))
+    text = tree["nccl/gpu.conf"].decode()
+    assert "\nFI_PROVIDER=efa\n" in text and "\nNCCL_PROTO=simple\n" in text and "\nFI_EFA_USE_DEVICE_RDMA=1\n" in text
+
+
+def test_nccl_2_19_needs_tuner_plugin(tmp_path: Path) -> None:
+    spec = (EXAMPLES / "p5-training.yaml").read_text().replace('nccl: "2.26.2"', 'nccl: "2.19.3"')
+    (tmp_path / "s.yaml").write_text(spec)
+    text = render_tree(render_cluster(load_spec(tmp_path / "s.yaml"), base_dir=tmp_path))["nccl/gpu.conf"].decode()
+    assert "\nNCCL_TUNER_PLUGIN=libnccl-ofi-tuner.so\n" in text
+
+
+def test_infiniband_hca_list_is_exact_match() -> None:
+    text = rendered("onprem-dgx.yaml")["nccl/dgx.conf"].decode()
+    assert "\nNCCL_IB_HCA==mlx5_0:1,mlx5_3:1," in text
+    roce = rendered("amd-mi300x.yaml")["nccl/mi300x.conf"].decode()
+    assert "\nNCCL_IB_GID_INDEX=3\n" in roce
+
+
+def test_secrets_are_references() -> None:
+    for name in EXAMPLE_SPECS:
+        tree = rendered(name)
+        manifest = json.loads(tree[MANIFEST])
+        for f in manifest["files"]:
+            text = tree[f["name"]].decode()
+            if "StoragePass=" in text:
+                assert "StoragePass={{ SECRET:slurmdbd_storage_pass }}" in text
+                assert f["secret_refs"] == ["slurmdbd_storage_pass"] and f["mode"] == "0600"
+
+
+def test_manifest_lists_every_file_with_hash() -> None:
+    import hashlib
+
+    tree = rendered("hybrid.yaml")
+    manifest = json.loads(tree[MANIFEST])
+    names = {f["name"] for f in manifest["files"]}
+    assert names == set(tree) - {MANIFEST}
+    for f in manifest["files"]:
+        assert f["sha256"] == hashlib.sha256(tree[f["name"]]).hexdigest()
+        assert f["node_path"].startswith("/") and f["groups"]
