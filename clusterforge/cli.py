@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -21,7 +21,8 @@ from clusterforge.spec.types import SLURM_VERSIONS
 
 app = typer.Typer(
     name="clusterforge",
-    help="One typed cluster spec -> AWS infrastructure, Ansible configuration and topology-correct Slurm/NCCL configs.",
+    help="One typed cluster spec -> AWS infrastructure, Ansible configuration and topology-correct "
+    "Slurm/NCCL configs.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -66,7 +67,8 @@ def validate_cmd(
         print(
             json.dumps(
                 [
-                    {"level": f.level.value, "code": f.code, "path": f.path, "value": f.value, "why": f.why, "fix": f.fix}
+                    {"level": f.level.value, "code": f.code, "path": f.path, "value": f.value,
+                     "why": f.why, "fix": f.fix}
                     for f in findings
                 ],
                 indent=2,
@@ -83,9 +85,9 @@ def validate_cmd(
 def render_cmd(
     spec: SpecArg,
     out_dir: Annotated[Path, typer.Option("--out", help="output folder (written atomically)")],
-    facts: Annotated[Optional[Path], typer.Option(help="facts folder from playbooks/discover.yml")] = None,  # noqa: UP007
+    facts: Annotated[Path | None, typer.Option(help="facts folder from playbooks/discover.yml")] = None,
     slurm_version: Annotated[
-        Optional[str], typer.Option(help=f"render for this Slurm version ({', '.join(SLURM_VERSIONS)})")  # noqa: UP007
+        str | None, typer.Option(help=f"render for this Slurm version ({', '.join(SLURM_VERSIONS)})")
     ] = None,
 ) -> None:
     """Render slurm.conf, gres.conf, cgroup.conf, topology, slurmdbd.conf, NCCL and health checks."""
@@ -127,7 +129,9 @@ def check_cmd(
     from clusterforge.check import check_dir, format_report
 
     if not (rendered / "manifest.json").is_file():
-        raise ClusterforgeError(f"{str(rendered)!r} holds no manifest.json; run `clusterforge render SPEC --out DIR` first")
+        raise ClusterforgeError(
+            f"{str(rendered)!r} holds no manifest.json; run `clusterforge render SPEC --out DIR` first"
+        )
     report = check_dir(rendered, timeout_s=timeout)
     out.print(format_report(report), markup=False)
     raise typer.Exit(0 if report.ok else 1)
@@ -143,7 +147,7 @@ def schema_cmd() -> None:
 
 @app.command("catalog")
 def catalog_cmd(
-    name: Annotated[Optional[str], typer.Argument(help="one profile to show in full")] = None,  # noqa: UP007
+    name: Annotated[str | None, typer.Argument(help="one profile to show in full")] = None,
 ) -> None:
     """List the hardware catalog, or show one profile with its sources."""
     from clusterforge.catalog import get_profile, load_catalog
@@ -157,7 +161,7 @@ def catalog_cmd(
     for p in load_catalog().values():
         gpu = f"{p.gpu.count}x {p.gpu.model}" if p.gpu else "-"
         layout = f"{p.sockets}x{p.cores_per_socket}x{p.threads_per_core}" if p.cpu_layout_known else "unknown"
-        out.print(f"{p.name:<18} {p.kind:<7} cpus={p.cpus or '?':<4} S×C×T={layout:<9} gpu={gpu}", markup=False)
+        out.print(f"{p.name:<18} {p.kind:<7} cpus={p.cpus or '?':<4} SxCxT={layout:<9} gpu={gpu}", markup=False)
 
 
 def main() -> None:

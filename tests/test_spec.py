@@ -73,21 +73,27 @@ def test_unknown_key_names_path_and_suggests() -> None:
 def test_wrong_type_names_field_and_value() -> None:
     data = raw("p5-training.yaml")
     data["node_groups"][2]["cloud"]["count"] = "sixteen"
-    msg = str(pytest.raises(SpecError, parse_spec, data, "p5.yaml").value)
+    with pytest.raises(SpecError) as exc:
+        parse_spec(data, "p5.yaml")
+    msg = str(exc.value)
     assert "node_groups[2].cloud.count = 'sixteen'" in msg
 
 
 def test_bad_cidr_says_how_to_fix() -> None:
     data = raw("p5-training.yaml")
     data["aws"]["vpc_cidr"] = "10.20.0.1/16"
-    msg = str(pytest.raises(SpecError, parse_spec, data, "p5.yaml").value)
+    with pytest.raises(SpecError) as exc:
+        parse_spec(data, "p5.yaml")
+    msg = str(exc.value)
     assert "aws.vpc_cidr" in msg and "host bits zero" in msg
 
 
 def test_capacity_block_needs_reservation() -> None:
     data = raw("p5-training.yaml")
     del data["node_groups"][2]["cloud"]["capacity"]["reservation_id"]
-    msg = str(pytest.raises(SpecError, parse_spec, data, "p5.yaml").value)
+    with pytest.raises(SpecError) as exc:
+        parse_spec(data, "p5.yaml")
+    msg = str(exc.value)
     assert "node_groups[2].cloud.capacity" in msg and "reservation_id" in msg
 
 

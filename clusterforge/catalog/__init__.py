@@ -87,7 +87,8 @@ class HardwareProfile(_Strict):
 
 @cache
 def load_catalog(path: Path = CATALOG_FILE) -> dict[str, HardwareProfile]:
-    raw = yaml.safe_load(path.read_text())
+    # the C loader when libyaml is there: the pure-Python one takes seconds on this file
+    raw = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return {name: HardwareProfile(name=name, **row) for name, row in raw["profiles"].items()}
 
 

@@ -14,7 +14,7 @@ import jinja2
 from clusterforge import hostlist
 from clusterforge.catalog import HardwareProfile, get_profile
 from clusterforge.errors import RenderError
-from clusterforge.render.model import ClusterModel, NodeSet, PartitionModel, build_nodeset
+from clusterforge.render.model import ClusterModel, PartitionModel, build_nodeset
 from clusterforge.render.nccl import nccl_plan
 from clusterforge.render.result import RenderedFile, RenderResult
 from clusterforge.render.slurm import (
@@ -46,7 +46,7 @@ def _env() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
-        autoescape=False,  # config files, not HTML  # noqa: S701
+        autoescape=False,  # config files, not HTML
     )
 
 
@@ -195,7 +195,7 @@ def render_cluster(
         settings=cgroup_settings(m))
     t = m.topology
     if t.plugin:
-        topo_ctx = {"plugin": t.plugin, "switches": t.switches, "blocks": t.blocks, "block_sizes": t.block_sizes}
+        topo_ctx: dict[str, Any] = {"plugin": t.plugin, "switches": t.switches, "blocks": t.blocks, "block_sizes": t.block_sizes}
         if has(m.version, "topology_yaml"):
             add("slurm/topology.yaml", "topology.yaml.j2", f"{SLURM_CONF}/topology.yaml", all_groups,
                 ("slurmctld",), **topo_ctx)

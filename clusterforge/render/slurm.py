@@ -59,7 +59,9 @@ def slurm_sections(m: ClusterModel) -> list[Section]:
                 Setting("SlurmdPidFile", "/run/slurmd.pid"),
                 Setting("SlurmctldLogFile", "/var/log/slurm/slurmctld.log"),
                 Setting("SlurmdLogFile", "/var/log/slurm/slurmd.log"),
-                Setting("MailProg", "/bin/true", "no MTA on cluster nodes; set slurm.extra_conf.MailProg to mail users"),
+                Setting(
+                    "MailProg", "/bin/true", "no MTA on cluster nodes; set slurm.extra_conf.MailProg to mail users"
+                ),
                 Setting(
                     "ReturnToService",
                     str(s.return_to_service),
@@ -86,7 +88,9 @@ def slurm_sections(m: ClusterModel) -> list[Section]:
                         else "GPUs as consumable resources (the default since 23.11, stated for review)",
                     ),
                     Setting("SelectTypeParameters", "CR_Core_Memory", "cores and memory are consumable"),
-                    Setting("ProctrackType", "proctrack/cgroup", "tracks every process of a job, needed for clean kills"),
+                    Setting(
+                        "ProctrackType", "proctrack/cgroup", "tracks every process of a job, needed for clean kills"
+                    ),
                     Setting(
                         "TaskPlugin",
                         "task/cgroup,task/affinity",

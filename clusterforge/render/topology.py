@@ -7,6 +7,7 @@ topology/block from 23.11. A plugin is only configured when the file it reads is
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -58,14 +59,14 @@ def build_topology(cluster: Cluster, nodesets: tuple[NodeSet, ...], base_dir: Pa
             continue
         for pl in g.onprem.placement:
             leaf_nodes.setdefault(pl.switch, set()).update(hostlist.expand(pl.hosts))
-            comments[pl.switch] = f"rack {pl.rack}" if pl.switch not in comments else comments[pl.switch]
+            comments.setdefault(pl.switch, f"rack {pl.rack}")
 
     ec2: dict[str, list[str]] = {}
     if t.ec2_instance_topology:
         ec2 = _ec2_paths(base_dir / t.ec2_instance_topology)
         for node, path in sorted(ec2.items()):
             names = [_switch_name(x) for x in path]
-            for upper, lower in zip(names, names[1:], strict=False):
+            for upper, lower in itertools.pairwise(names):
                 parent.setdefault(lower, upper)
             parent.setdefault(names[0], None)
             leaf_nodes.setdefault(names[-1], set()).add(node)

@@ -98,7 +98,9 @@ def parse_spec(data: Any, source: str = "spec") -> Cluster:
 def load_spec(path: str | Path) -> Cluster:
     p = Path(path)
     if not p.exists():
-        raise SpecError(f"spec file {str(p)!r} does not exist; pass the path of a cluster YAML such as examples/local.yaml")
+        raise SpecError(
+            f"spec file {str(p)!r} does not exist; pass the path of a cluster YAML such as examples/local.yaml"
+        )
     if p.is_dir():
         raise SpecError(f"{str(p)!r} is a folder; pass the path of a cluster YAML file")
     try:

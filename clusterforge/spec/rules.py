@@ -12,7 +12,7 @@ import ipaddress
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 from clusterforge import hostlist
@@ -21,7 +21,7 @@ from clusterforge.spec.models import Cluster, NodeGroup
 from clusterforge.spec.types import version_tuple
 
 
-class Level(str, Enum):
+class Level(StrEnum):
     ERROR = "error"
     WARNING = "warning"
     INFO = "info"
@@ -282,7 +282,7 @@ def cidrs_nest(c: Cluster, base: Path) -> Iterator[Finding]:
     if c.aws is None:
         return
     vpc = ipaddress.ip_network(c.aws.vpc_cidr)
-    nets = []
+    nets: list[tuple[int, ipaddress.IPv4Network | ipaddress.IPv6Network]] = []
     for i, s in enumerate(c.aws.subnets):
         net = ipaddress.ip_network(s.cidr)
         if net.version != vpc.version or not net.subnet_of(vpc):  # type: ignore[arg-type]

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Install what clusterforge's main job and tests need on Debian 12 / Ubuntu (root): Debian's
+# Slurm and munge (the real daemons the tests load configs into), debootstrap for local test
+# hosts, and the Python packages pinned in requirements-ci.txt. Safe to run again: each step is
+# skipped when already satisfied.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "$(id -u)" != 0 ]; then echo "setup-deps: run as root (apt-get, network namespaces)" >&2; exit 2; fi
+export DEBIAN_FRONTEND=noninteractive
+APT_PKGS="slurmctld slurmd slurm-client munge debootstrap dpkg-dev iproute2 bc util-linux openssh-client"
+missing=""
+for p in $APT_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+  echo "setup-deps: apt-get install$missing"
+  timeout 600 apt-get update -qq
+  timeout 900 apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+if ! python3 -c "import clusterforge, pulumi_aws, ansible_runner" 2>/dev/null \
+   || ! pip check >/dev/null 2>&1; then
+  echo "setup-deps: pip install -r requirements-ci.txt -e ."
+  timeout 1200 python3 -m pip install -q --disable-pip-version-check -r requirements-ci.txt
+  timeout 600 python3 -m pip install -q --disable-pip-version-check --no-deps -e .
+fi
+if [ -x scripts/fetch-collections.sh ]; then scripts/fetch-collections.sh; fi
+echo "setup-deps: ok ($(slurmctld -V), $(python3 -c 'import pulumi_aws,importlib.metadata as m; print("pulumi-aws", m.version("pulumi-aws"))'))"
