@@ -121,11 +121,11 @@ def onprem_cidrs(cluster: Cluster) -> list[str]:
     nodes, slurmd message fan-out); the site-to-site VPN that carries it is outside the stack.
     Hosts without ``addresses`` cannot be listed and need a rule of their own.
     """
-    addrs = [
-        ipaddress.ip_address(a)
+    v4 = [
+        ipaddress.IPv4Network(a)
         for g in cluster.node_groups
         if g.onprem is not None and g.onprem.addresses
         for a in hostlist.expand(g.onprem.addresses)
+        if ipaddress.ip_address(a).version == 4
     ]
-    v4 = [ipaddress.ip_network(a) for a in addrs if a.version == 4]
     return [str(n) for n in ipaddress.collapse_addresses(v4)]

@@ -20,12 +20,13 @@ first one)::
                        out_dir: Path | None = None, manifest_dir: Path | None = None,
                        render: bool = True) -> InventoryResult
     build_inventory(cluster: Cluster, *, stack_outputs: Mapping | None = None,
-                    manifest_dir: str = "{{ inventory_dir }}/render") -> Inventory
+                    manifest_dir: str = "{{ inventory_dir }}.render") -> Inventory
     write_inventory(inv: Inventory, out_dir: Path) -> list[Path]
 
 ``out_dir`` defaults to ``inventories/generated/<cluster>`` under the current directory. With
-``render=True`` the spec is rendered into ``<out_dir>/render`` (the manifest the group variables
-point at) unless ``manifest_dir`` names an existing render.
+``render=True`` the spec is rendered into ``<out_dir>.render`` next to it (the manifest the group
+variables point at; not inside it, since Ansible reads every file in an inventory folder) unless
+``manifest_dir`` names an existing render.
 """
 
 from clusterforge.inventory.generate import (

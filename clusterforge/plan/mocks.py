@@ -158,7 +158,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         self._mocks = mocks
 
     def RegisterResource(self, request: Any) -> Any:
-        response = super().RegisterResource(request)
+        response = super().RegisterResource(request)  # type: ignore[no-untyped-call]  # SDK lacks hints
         if request.type != "pulumi:pulumi:Stack":
             inputs = self._mocks.inputs.get((request.type, request.name), {})
             self.recorded.append(
@@ -185,13 +185,17 @@ def infra_root() -> Path:
     return root
 
 
-def _load_deploy() -> Callable[..., dict[str, Any]]:
-    root = str(infra_root())
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    module = importlib.import_module("infra.program")
-    deploy: Callable[..., dict[str, Any]] = module.deploy
-    return deploy
+class _Program:
+    """The two entry points of ``infra.program`` the plan uses (imported by path at run time, so
+    static analysis of clusterforge never descends into the Pulumi program and pulumi_aws)."""
+
+    def __init__(self) -> None:
+        root = str(infra_root())
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        module = importlib.import_module("infra.program")
+        self.deploy: Callable[..., dict[str, Any]] = module.deploy
+        self.required_secrets: Callable[[Cluster], tuple[str, ...]] = module.required_secrets
 
 
 async def _resolve(value: Any) -> Any:
@@ -232,17 +236,15 @@ def run_program(
     _ensure_loop()
     pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=preview, monitor=monitor)
     pulumi_settings.SETTINGS.outputs.clear()
-    deploy = _load_deploy()  # after set_mocks: pulumi_aws must see the mock runtime
+    program_module = _Program()  # after set_mocks: pulumi_aws must see the mock runtime
 
-    from infra.program import required_secrets
-
-    values = {s: pulumi.Output.secret(SECRET) for s in required_secrets(cluster)}
+    values = {s: pulumi.Output.secret(SECRET) for s in program_module.required_secrets(cluster)}
     if secrets:
         values.update({k: pulumi.Output.secret(v) for k, v in secrets.items()})
     captured: dict[str, Any] = {}
 
     def program() -> None:
-        outputs = deploy(cluster, secrets=values)
+        outputs = program_module.deploy(cluster, secrets=values)
         captured.update(_sync_await(_resolve(outputs)))
 
     _sync_await(run_pulumi_func(program))

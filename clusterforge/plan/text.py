@@ -22,7 +22,7 @@ def _round(value: Any) -> Any:
 
 def to_dict(plan: Plan) -> dict[str, Any]:
     cost = plan.cost
-    return _round(
+    data: dict[str, Any] = _round(
         {
             "format": PLAN_FORMAT,
             "cluster": plan.cluster,
@@ -57,6 +57,7 @@ def to_dict(plan: Plan) -> dict[str, Any]:
             "notes": list(plan.notes),
         }
     )
+    return data
 
 
 def to_json(plan: Plan) -> str:

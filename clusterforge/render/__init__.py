@@ -195,7 +195,9 @@ def render_cluster(
         settings=cgroup_settings(m))
     t = m.topology
     if t.plugin:
-        topo_ctx: dict[str, Any] = {"plugin": t.plugin, "switches": t.switches, "blocks": t.blocks, "block_sizes": t.block_sizes}
+        topo_ctx: dict[str, Any] = {
+            "plugin": t.plugin, "switches": t.switches, "blocks": t.blocks, "block_sizes": t.block_sizes
+        }
         if has(m.version, "topology_yaml"):
             add("slurm/topology.yaml", "topology.yaml.j2", f"{SLURM_CONF}/topology.yaml", all_groups,
                 ("slurmctld",), **topo_ctx)
