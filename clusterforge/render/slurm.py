@@ -96,7 +96,6 @@ def slurm_sections(m: ClusterModel) -> list[Section]:
                         "task/cgroup,task/affinity",
                         "cgroup confinement (see cgroup.conf) plus CPU binding",
                     ),
-                    Setting("JobAcctGatherType", "jobacct_gather/cgroup"),
                     Setting("PrologFlags", "Contain", "an extern step per job so ssh sessions can be adopted"),
                     Setting("GresTypes", "gpu", "without it slurmctld silently drops every Gres=gpu from nodes")
                     if m.has_gpus
@@ -132,6 +131,8 @@ def slurm_sections(m: ClusterModel) -> list[Section]:
                 "Accounting",
                 (
                     Setting("AccountingStorageType", "accounting_storage/slurmdbd"),
+                    # only with storage: slurmctld logs an error for gathered-but-not-stored data
+                    Setting("JobAcctGatherType", "jobacct_gather/cgroup", "per-job CPU, memory and GPU use"),
                     Setting("AccountingStorageHost", ctl, "slurmdbd runs on the controller"),
                     Setting("AccountingStorageTRES", "gres/gpu", "record GPU use per job")
                     if m.has_gpus

@@ -1,0 +1,71 @@
+"""Every example, as rendered for Slurm 22.05, loaded by Debian's real slurmctld and slurmd -G.
+
+Examples whose target is 22.05 are checked straight from their golden folder (the reviewed
+text is what the daemon loads). Newer targets are rendered for 22.05 too and checked, and a test
+pins that their golden text differs from that only in version-gated lines.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from clusterforge.check import check_dir, format_report
+from clusterforge.render import render_cluster
+from clusterforge.render.writer import render_tree, write_render
+from clusterforge.spec import load_spec
+
+from .conftest import EXAMPLE_SPECS, EXAMPLES, ROOT
+
+GOLDEN = ROOT / "tests" / "golden"
+needs_slurm = pytest.mark.skipif(
+    shutil.which("slurmctld") is None or os.geteuid() != 0,
+    reason="needs Debian's slurmctld/slurmd and root (CI installs them and runs as root)",
+)
+
+
+def target(name: str) -> str:
+    return load_spec(EXAMPLES / name).slurm.version
+
+
+@needs_slurm
+@pytest.mark.slurm
+@pytest.mark.parametrize("name", EXAMPLE_SPECS)
+def test_real_daemons_accept_example(name: str, tmp_path: Path) -> None:
+    if target(name) == "22.05":
+        folder = GOLDEN / Path(name).stem
+    else:
+        folder = tmp_path / "out"
+        write_render(render_cluster(load_spec(EXAMPLES / name), base_dir=EXAMPLES, slurm_version="22.05"), folder)
+    report = check_dir(folder, timeout_s=60)
+    assert report.ok, format_report(report)
+    # the daemon saw every rendered node with its GRES
+    expect_nodes = sum(1 for _ in report.nodes)
+    assert expect_nodes >= 2
+    if "Gres=gpu" in (folder / "slurm/slurm.conf").read_text():
+        assert report.gres, "slurmd -G was not run for a GPU node"
+
+
+VERSION_GATED = ("CgroupAutomount", "(Slurm ", "# mount missing v1 controllers", "# GPUs as consumable resources")
+
+
+@pytest.mark.parametrize("name", [n for n in EXAMPLE_SPECS if target(n) != "22.05"])
+def test_newer_golden_differs_only_in_gated_lines(name: str) -> None:
+    cluster = load_spec(EXAMPLES / name)
+    gdir = GOLDEN / Path(name).stem
+    old = render_tree(render_cluster(cluster, base_dir=EXAMPLES, slurm_version="22.05"))
+    assert set(old) == {str(p.relative_to(gdir)) for p in gdir.rglob("*") if p.is_file()}
+    for rel, data in old.items():
+        if rel == "manifest.json":
+            continue
+        new_lines = (gdir / rel).read_text().splitlines()
+        diff = [
+            ln for ln in difflib.unified_diff(data.decode().splitlines(), new_lines, lineterm="", n=0)
+            if ln[:1] in "+-" and not ln.startswith(("+++", "---"))
+        ]
+        unexpected = [ln for ln in diff if not any(g in ln for g in VERSION_GATED)]
+        assert unexpected == [], f"{rel}: {unexpected}"
