@@ -30,6 +30,7 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -67,6 +68,7 @@ class ProblemKind(enum.StrEnum):
     TIMEOUT = "timeout"  # a daemon neither finished nor failed within the time limit
     LOG_ERROR = "log_error"  # an error:/fatal: line from slurmctld that is not known noise
     SCONTROL = "scontrol"  # a scontrol query failed while slurmctld was up
+    CONTROLLER_MISMATCH = "controller_mismatch"  # SlurmctldHost name/address differ from expect
     NODE_MISSING = "node_missing"  # expected node absent from scontrol show node
     NODE_UNEXPECTED = "node_unexpected"  # slurmctld knows a node that expect does not list
     NODE_MISMATCH = "node_mismatch"  # CPUTot, Sockets, RealMemory, Gres, features, ... differ
@@ -291,6 +293,8 @@ def _parse_expect(manifest: dict[str, Any]) -> _Expect:
             raise _ManifestError(f"expect.nodes entry without 'names': {raw!r}")
         files = _expand(_opt_str(raw, "gpu_files"), f"gpu_files of {raw['names']}")
         feats = raw.get("features")
+        if feats is not None and not isinstance(feats, list):
+            raise _ManifestError(f"features of {raw['names']} must be a list, not {feats!r}")
         nodes.append(
             _ExpNode(
                 names=_expand(raw["names"], "expect.nodes names"),
@@ -326,21 +330,25 @@ def _parse_expect(manifest: dict[str, Any]) -> _Expect:
     topo = exp.get("topology") or {}
     if not isinstance(topo, dict):
         raise _ManifestError("expect.topology must be an object")
-    switches = tuple(
-        _ExpSwitch(
-            name=str(s["name"]),
-            switches=_expand(_opt_str(s, "switches"), f"switches of switch {s['name']}"),
-            nodes=_expand(_opt_str(s, "nodes"), f"nodes of switch {s['name']}"),
+    switches: list[_ExpSwitch] = []
+    for raw in topo.get("switches") or []:
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+            raise _ManifestError(f"expect.topology.switches entry without 'name': {raw!r}")
+        name = raw["name"]
+        switches.append(
+            _ExpSwitch(
+                name=name,
+                switches=_expand(_opt_str(raw, "switches"), f"switches of switch {name}"),
+                nodes=_expand(_opt_str(raw, "nodes"), f"nodes of switch {name}"),
+            )
         )
-        for s in topo.get("switches") or []
-    )
     return _Expect(
         controller=_opt_str(ctl, "name"),
         controller_addr=_opt_str(ctl, "address"),
         nodes=tuple(nodes),
         partitions=tuple(parts),
         topology_plugin=_opt_str(topo, "plugin"),
-        switches=switches,
+        switches=tuple(switches),
     )
 
 
@@ -459,6 +467,12 @@ class _Probe:
 
 
 def _start(argv: Sequence[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], _Lines]:
+    """Start a daemon as the leader of its own process group.
+
+    The namespace set-up (``sh -c 'mount …; hostname …; exec daemon'``) runs helpers as children of
+    that shell: if the check has to stop it half-way, the group holds them too, so _stop reaches
+    every process the check started, and nothing else.
+    """
     proc = subprocess.Popen(
         list(argv),
         stdin=subprocess.DEVNULL,
@@ -467,25 +481,45 @@ def _start(argv: Sequence[str], env: dict[str, str]) -> tuple[subprocess.Popen[s
         text=True,
         errors="replace",
         env=env,
+        start_new_session=True,
     )
     assert proc.stdout is not None
     return proc, _Lines(proc.stdout)
 
 
-def _stop(proc: subprocess.Popen[str], grace: float = _GRACE_S) -> None:
-    """SIGTERM, then SIGKILL: slurmctld stuck in getaddrinfo() ignores SIGTERM (local-cluster.md).
-
-    Popen only signals a child it has not reaped, so the PID cannot belong to anyone else. Never
-    raises: a child in uninterruptible sleep is left to Popen, which reaps it later.
-    """
-    if proc.poll() is not None:
-        return
-    proc.terminate()
+def _alive(proc: subprocess.Popen[str]) -> bool:
+    """Whether ``proc`` still runs, WITHOUT reaping it: while its zombie is unreaped its PID, and so
+    its process group's ID, cannot be reused, which makes _stop's killpg() safe."""
+    if proc.returncode is not None:
+        return False
     try:
-        proc.wait(grace)
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+    except ChildProcessError:
+        return False
+
+
+def _wait_exit(proc: subprocess.Popen[str], timeout: float) -> bool:
+    """Wait up to ``timeout`` for ``proc`` to exit, without reaping it; True if it did."""
+    end = time.monotonic() + timeout
+    while _alive(proc):
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _stop(proc: subprocess.Popen[str], grace: float = _GRACE_S) -> None:
+    """SIGTERM to the group, SIGKILL after ``grace`` (slurmctld stuck in getaddrinfo() ignores
+    SIGTERM, local-cluster.md §1), SIGKILL to what is left of the group, then reap the leader.
+
+    Never raises: a child in uninterruptible sleep is left to Popen, which reaps it later.
+    """
+    if proc.returncode is not None:
         return
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+        _wait_exit(proc, grace)
+        os.killpg(proc.pid, signal.SIGKILL)  # the leader if it is still up, and any helper
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(_KILL_WAIT_S)
 
@@ -502,6 +536,20 @@ def _run(argv: Sequence[str], env: dict[str, str], timeout: float) -> subprocess
         timeout=max(timeout, 0.1),
         check=False,
     )
+
+
+_VERSIONS: dict[str, str] = {}
+
+
+def _daemon_version(slurmctld: str) -> str:
+    """``slurm-wlm 22.05.8``; asked once per process (the tests run many checks), "" if unknown."""
+    if slurmctld not in _VERSIONS:
+        try:
+            out = _run([slurmctld, "-V"], dict(os.environ), _CLIENT_TIMEOUT_S).stdout.strip()
+        except subprocess.TimeoutExpired:
+            return ""  # not remembered: ask again next time
+        _VERSIONS[slurmctld] = out
+    return _VERSIONS[slurmctld]
 
 
 def _noise(line: str, patterns: Iterable[tuple[str, str]]) -> bool:
@@ -667,9 +715,7 @@ class _Check:
         # Client-side warnings are the same lines slurmctld logs; report only the ones it did not.
         for w in self.parse_warnings:
             if w.split("error: ", 1)[-1] not in ctld_errors:
-                self.report.add(
-                    ProblemKind.PARSE, f"scontrol warns while parsing slurm.conf: {w}", "slurm.conf"
-                )
+                self.report.add(ProblemKind.PARSE, f"scontrol warns while parsing slurm.conf: {w}", "slurm.conf")
 
     def load(self) -> tuple[str | None, _Expect, str] | None:
         """(slurm_version, expect, slurm.conf text), or None after reporting why not."""
@@ -711,17 +757,14 @@ class _Check:
             return False
         # Keys come and go between releases: a config is proven only by the release it targets.
         t0 = time.monotonic()
-        try:
-            out = _run([self.bins["slurmctld"], "-V"], self.env, _CLIENT_TIMEOUT_S).stdout
-        except subprocess.TimeoutExpired:
-            out = ""
+        full = _daemon_version(self.bins["slurmctld"])
         self.timed("preflight", t0)
-        m = re.search(r"(\d+)\.(\d+)", out)
+        m = re.search(r"(\d+)\.(\d+)", full)
         installed = f"{m.group(1)}.{m.group(2)}" if m else None
         if version and installed and version != installed:
             self.report.add(
                 ProblemKind.ENVIRONMENT,
-                f"rendered for Slurm {version}, but the daemons here are {out.strip()}; "
+                f"rendered for Slurm {version}, but the daemons here are {full}; "
                 f"render for {installed} to check it here",
             )
             return False
@@ -779,9 +822,7 @@ class _Check:
         params = _conf_value(text, "SlurmdParameters")
         merged = ",".join([p for p in (params or "").split(",") if p] + ["config_overrides"])
         text, _ = _set_key(text, "SlurmdParameters", merged)
-        self.override(
-            "SlurmdParameters", params, merged, "check Cores= against the rendered node, not this host", sd
-        )
+        self.override("SlurmdParameters", params, merged, "check Cores= against the rendered node, not this host", sd)
         (self.tmp / "slurmd" / "slurm.conf").write_text(text)
         return self.tmp / "ctld" / "slurm.conf"
 
@@ -868,9 +909,7 @@ class _Check:
             self.timed("parse", t0)
         err = cp.stderr.strip()
         if cp.returncode != 0:
-            self.report.add(
-                ProblemKind.PARSE, f"scontrol rejects slurm.conf (rc={cp.returncode}): {err}", "slurm.conf"
-            )
+            self.report.add(ProblemKind.PARSE, f"scontrol rejects slurm.conf (rc={cp.returncode}): {err}", "slurm.conf")
             return False
         self.parse_warnings = [ln.removeprefix("scontrol: ") for ln in err.splitlines() if ln.strip()]
         got = cp.stdout.split()
@@ -904,7 +943,7 @@ class _Check:
         self.procs.append(proc)
         # Ready = the socket accepts a connection; polling it costs no process start.
         ready = False
-        while not ready and self.remaining() > 0 and proc.poll() is None:
+        while not ready and self.remaining() > 0 and _alive(proc):
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 try:
                     s.connect(str(sock))
@@ -912,7 +951,7 @@ class _Check:
                 except OSError:
                     time.sleep(0.01)
         if not ready:
-            if proc.poll() is None:
+            if _alive(proc):
                 self.report.add(ProblemKind.TIMEOUT, "private munged did not open its socket in time")
             else:
                 why = " | ".join(lines.join(_GRACE_S)[-5:])
@@ -963,6 +1002,7 @@ class _Check:
             r.add(ProblemKind.PARSE, "slurm.conf has no SlurmctldHost", "slurm.conf")
             return set()
         name = ctls[0][0]
+        self.compare_conf(ctls[0], conf_text, expect)
         # The controller's own address must be local, else scontrol cannot reach it: the private
         # network namespace gets it on lo (and nothing there can collide with the host's ports).
         # glibc's getaddrinfo(AI_ADDRCONFIG), which Slurm uses, finds nothing at all in a namespace
@@ -988,15 +1028,13 @@ class _Check:
         try:
             hit = out.wait_for(lambda ln: _PRIMARY in ln or "fatal:" in ln, self.deadline)
             self.timed("slurmctld_start", t0)
-            if hit is not None and _PRIMARY in hit and proc.poll() is None:
+            if hit is not None and _PRIMARY in hit and _alive(proc):
                 t1 = time.monotonic()
                 self.query(proc.pid, env, expect)
                 self.timed("scontrol", t1)
             else:
                 # A rejected config exits by itself right after its fatal line: let it.
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(min(_GRACE_S, max(self.remaining(), 0.1)))
-                exited = proc.poll() is not None
+                exited = _wait_exit(proc, min(_GRACE_S, max(self.remaining(), 0.1)))
         finally:
             t2 = time.monotonic()
             _stop(proc, _CTLD_GRACE_S)
@@ -1008,9 +1046,7 @@ class _Check:
             return set()
         lines = lines[lines.index(_NS_READY) + 1 :]
         noise = CTLD_NOISE + (CTLD_NO_DBD_NOISE if self.accounting_off else ())
-        errors = [
-            ln.removeprefix("slurmctld: ") for ln in lines if _ERRORISH.search(ln) and not _noise(ln, noise)
-        ]
+        errors = [ln.removeprefix("slurmctld: ") for ln in lines if _ERRORISH.search(ln) and not _noise(ln, noise)]
         if not any(_PRIMARY in ln for ln in lines):
             why = " | ".join(errors[-6:]) or " | ".join(lines[-4:])
             if exited or any("fatal:" in ln for ln in lines):
@@ -1021,6 +1057,23 @@ class _Check:
         for e in errors:
             r.add(ProblemKind.LOG_ERROR, e, "slurmctld")
         return {e.split("error: ", 1)[-1] for e in errors}
+
+    def compare_conf(self, ctl: tuple[str, str | None], conf_text: str, expect: _Expect) -> None:
+        """What slurmctld runs as, read from the file it ran on: the primary controller (slurmctld
+        refuses to start unless its hostname is that name) and the topology plugin."""
+        r = self.report
+        if expect.controller is not None and ctl[0] != expect.controller:
+            r.add(ProblemKind.CONTROLLER_MISMATCH, f"SlurmctldHost is {ctl[0]} (expected {expect.controller})")
+        if expect.controller_addr is not None and ctl[1] != expect.controller_addr:
+            r.add(
+                ProblemKind.CONTROLLER_MISMATCH,
+                f"SlurmctldHost address is {ctl[1] or 'not set'} (expected {expect.controller_addr})",
+            )
+        plugin = _conf_value(conf_text, "TopologyPlugin")
+        if plugin in (None, "topology/none", "topology/default"):
+            plugin = None
+        if plugin != expect.topology_plugin:
+            r.add(ProblemKind.TOPOLOGY_MISMATCH, f"TopologyPlugin={plugin} (expected {expect.topology_plugin})")
 
     def query(self, pid: int, env: dict[str, str], expect: _Expect) -> None:
         """scontrol inside the controller's namespaces (its address, its /etc/hosts), in parallel."""
@@ -1072,9 +1125,7 @@ class _Check:
                 expected_names.add(n)
                 got = r.nodes.get(n)
                 if got is None:
-                    r.add(
-                        ProblemKind.NODE_MISSING, f"slurmctld does not know node {n} (group {node.group})", n
-                    )
+                    r.add(ProblemKind.NODE_MISSING, f"slurmctld does not know node {n} (group {node.group})", n)
                     continue
                 self.compare_node(node, n, got)
         for n in sorted(set(r.nodes) - expected_names):
@@ -1094,9 +1145,7 @@ class _Check:
             ("RealMemory", node.real_memory),
             ("Weight", node.weight),
         )
-        diffs = [
-            f"{k}={got.get(k)} (expected {v})" for k, v in ints if v is not None and got.get(k) != str(v)
-        ]
+        diffs = [f"{k}={got.get(k)} (expected {v})" for k, v in ints if v is not None and got.get(k) != str(v)]
         want_gres, got_gres = _norm_gres(node.gres), _norm_gres(got.get("Gres"))
         if want_gres and not got_gres:
             r.add(
@@ -1108,9 +1157,7 @@ class _Check:
         elif want_gres != got_gres:
             diffs.append(f"Gres={got.get('Gres')} (expected {node.gres})")
         if node.features is not None and _norm_features(got.get("AvailableFeatures")) != set(node.features):
-            diffs.append(
-                f"AvailableFeatures={got.get('AvailableFeatures')} (expected {','.join(node.features)})"
-            )
+            diffs.append(f"AvailableFeatures={got.get('AvailableFeatures')} (expected {','.join(node.features)})")
         if diffs:
             r.add(ProblemKind.NODE_MISMATCH, f"node {n}: " + "; ".join(diffs), n)
 
@@ -1167,9 +1214,7 @@ class _Check:
             if _hostset(got.get("Nodes")) != want_nodes:
                 diffs.append(f"Nodes={got.get('Nodes')} (expected {hostlist.compress(want_nodes) or 'none'})")
             if _hostset(got.get("Switches")) != set(s.switches):
-                diffs.append(
-                    f"Switches={got.get('Switches', '(none)')} (expected {','.join(s.switches) or 'none'})"
-                )
+                diffs.append(f"Switches={got.get('Switches', '(none)')} (expected {','.join(s.switches) or 'none'})")
             if diffs:
                 r.add(ProblemKind.TOPOLOGY_MISMATCH, f"switch {s.name}: " + "; ".join(diffs), s.name)
         for name in sorted(set(r.topology) - set(by_name)):
@@ -1225,17 +1270,12 @@ class _Check:
         waiting = out.wait_for(lambda ln: _WAITING_FOR_DEVICE in ln, self.deadline)
         timed_out = False
         if waiting is None:
-            try:
-                proc.wait(max(self.remaining(), 0.1))
-            except subprocess.TimeoutExpired:
-                timed_out = True
+            timed_out = not _wait_exit(proc, max(self.remaining(), 0.1))
         _stop(proc)
         lines = out.join(_GRACE_S)
         self.timed(f"slurmd_G:{n}", probe.t0)
         if _NS_READY not in lines:
-            r.add(
-                ProblemKind.ENVIRONMENT, f"namespace setup for slurmd -G failed: {' | '.join(lines[-5:])}", n
-            )
+            r.add(ProblemKind.ENVIRONMENT, f"namespace setup for slurmd -G failed: {' | '.join(lines[-5:])}", n)
             return
         lines = lines[lines.index(_NS_READY) + 1 :]
         if waiting is not None:
@@ -1272,9 +1312,7 @@ class _Check:
         if node.gpu_type is not None and gpus and types != [node.gpu_type]:
             diffs.append(f"Type={','.join(types)} (expected {node.gpu_type})")
         if node.gpu_files and files != sorted(node.gpu_files):
-            diffs.append(
-                f"File={hostlist.compress(files) or '(none)'} (expected {hostlist.compress(node.gpu_files)})"
-            )
+            diffs.append(f"File={hostlist.compress(files) or '(none)'} (expected {hostlist.compress(node.gpu_files)})")
         if diffs:
             r.add(ProblemKind.GRES_MISMATCH, f"slurmd -G -N {n}: " + "; ".join(diffs), n)
 
@@ -1291,9 +1329,7 @@ def check_dir(path: Path, *, timeout_s: float = 30) -> CheckReport:
 
 
 def format_report(report: CheckReport) -> str:
-    head = (
-        "OK" if report.ok else f"FAILED ({len(report.problems)} problem{'s' * (len(report.problems) != 1)})"
-    )
+    head = "OK" if report.ok else f"FAILED ({len(report.problems)} problem{'s' * (len(report.problems) != 1)})"
     total = report.timings.get("total")
     lines = [
         f"check {report.path}{f' [{report.cluster}]' if report.cluster else ''}: {head}"

@@ -137,6 +137,24 @@ def check_cmd(
     raise typer.Exit(0 if report.ok else 1)
 
 
+@app.command("plan")
+def plan_cmd(
+    spec: SpecArg,
+    as_json: Annotated[bool, typer.Option("--json", help="stable, sorted JSON (what `diff` compares)")] = False,
+    facts: Annotated[Path | None, typer.Option(help="facts folder from playbooks/discover.yml")] = None,
+) -> None:
+    """Offline preview of `pulumi up`: resources, rendered files and hourly cost (no CLI, no account)."""
+    from clusterforge.plan import build_plan, format_text, to_json
+
+    cluster = _load(spec)
+    errors = [f for f in validate(cluster, spec.parent) if f.level is Level.ERROR]
+    if errors:
+        _print_findings(errors, Level.ERROR)
+        raise typer.Exit(1)
+    plan = build_plan(cluster, spec_path=spec, facts_dir=facts)
+    sys.stdout.write(to_json(plan) if as_json else format_text(plan))
+
+
 @app.command("schema")
 def schema_cmd() -> None:
     """Print the spec's JSON Schema (the checked-in copy is schema/cluster.schema.json)."""

@@ -125,9 +125,11 @@ def _events_to_progress(progress: Callable[[ProgressEvent], None]) -> Callable[[
         elif kind == "runner_on_skipped":
             progress(ProgressEvent("skipped", name=data.get("task", ""), host=host))
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
-            progress(ProgressEvent("failed", name=data.get("task", ""), host=host, message=str(res.get("msg", ""))[:300]))
+            msg = str(res.get("msg", ""))[:300]
+            progress(ProgressEvent("failed", name=data.get("task", ""), host=host, message=msg))
         elif kind == "runner_on_unreachable":
-            progress(ProgressEvent("unreachable", name=data.get("task", ""), host=host, message=str(res.get("msg", ""))[:300]))
+            msg = str(res.get("msg", ""))[:300]
+            progress(ProgressEvent("unreachable", name=data.get("task", ""), host=host, message=msg))
         return True  # keep the event (ansible-runner writes it to job_events; no_log ones are censored)
 
     return handler

@@ -269,6 +269,8 @@ def build_inventory(
         "clusterforge_os": cluster.os,
         "clusterforge_slurm_version": cluster.slurm.version,
         "clusterforge_manifest_dir": manifest_dir,
+        # how the roles start daemons; test hosts without an init override it with "direct"
+        "clusterforge_service_manager": "systemd",
         "clusterforge_controller_host": ctl[0].hostnames[0] if ctl else None,
         "clusterforge_gpu_stack": gs.model_dump(),
         "clusterforge_storage": _storage_vars(cluster, stack_outputs),

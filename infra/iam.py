@@ -1,0 +1,113 @@
+"""IAM: one least-privilege instance role for the controller and one for the other nodes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from clusterforge.aws import iam as docs
+from clusterforge.aws.layout import aws_section, cloud_groups
+from clusterforge.spec.models import Cluster
+from infra.common import TOKEN_PREFIX, child_opts, cluster_tags
+
+
+@dataclass(frozen=True)
+class IamArgs:
+    cluster: str
+    region: str
+    s3_bucket: str | None
+    controller: bool
+    """a cloud controller exists (it gets the topology-discovery and secret-read rights)"""
+    nodes: bool
+    """cloud compute or login nodes exist"""
+
+    @classmethod
+    def from_cluster(cls, cluster: Cluster) -> IamArgs:
+        spec = aws_section(cluster)
+        roles = {g.role for g in cloud_groups(cluster)}
+        return cls(
+            cluster=cluster.name,
+            region=spec.region,
+            s3_bucket=spec.s3_bucket,
+            controller="controller" in roles,
+            nodes=bool(roles - {"controller"}),
+        )
+
+
+class Iam(pulumi.ComponentResource):
+    """Instance roles and profiles. Policies are JSON built by ``clusterforge.aws.iam`` (pure,
+    unit-tested); only the secret-read policy waits for parameter ARNs, via ``Output.json_dumps``
+    (an Output of a document, not a resource created inside ``apply``)."""
+
+    controller_profile: aws.iam.InstanceProfile | None
+    node_profile: aws.iam.InstanceProfile | None
+
+    def __init__(
+        self,
+        name: str,
+        args: IamArgs,
+        secret_parameter_arns: Sequence[pulumi.Input[str]] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{TOKEN_PREFIX}:Iam", name, None, opts)
+        tags = cluster_tags(args.cluster)
+        self.controller_profile = None
+        self.node_profile = None
+
+        def role(kind: str, description: str) -> tuple[aws.iam.Role, aws.iam.InstanceProfile]:
+            r = aws.iam.Role(
+                f"{name}-{kind}",
+                assume_role_policy=json.dumps(docs.assume_role_policy(args.region), sort_keys=True),
+                description=description,
+                tags=tags,
+                opts=child_opts(self),
+            )
+            for policy in docs.MANAGED_POLICIES:
+                aws.iam.RolePolicyAttachment(
+                    f"{name}-{kind}-{policy}",
+                    role=r.name,
+                    policy_arn=docs.managed_policy_arn(args.region, policy),
+                    opts=child_opts(self),
+                )
+            if args.s3_bucket:
+                aws.iam.RolePolicy(
+                    f"{name}-{kind}-s3-read",
+                    role=r.id,
+                    policy=json.dumps(docs.s3_read_policy(args.region, args.s3_bucket), sort_keys=True),
+                    opts=child_opts(self),
+                )
+            profile = aws.iam.InstanceProfile(f"{name}-{kind}", role=r.name, tags=tags, opts=child_opts(self))
+            return r, profile
+
+        if args.controller:
+            controller_role, self.controller_profile = role(
+                "controller", f"clusterforge {args.cluster}: Slurm controller"
+            )
+            aws.iam.RolePolicy(
+                f"{name}-controller-topology",
+                role=controller_role.id,
+                policy=json.dumps(docs.topology_discovery_policy(), sort_keys=True),
+                opts=child_opts(self),
+            )
+            if secret_parameter_arns:
+                aws.iam.RolePolicy(
+                    f"{name}-controller-secrets",
+                    role=controller_role.id,
+                    policy=pulumi.Output.all(*secret_parameter_arns).apply(
+                        lambda arns: json.dumps(docs.secret_read_policy(list(arns)), sort_keys=True)
+                    ),
+                    opts=child_opts(self),
+                )
+        if args.nodes:
+            _, self.node_profile = role("node", f"clusterforge {args.cluster}: compute and login nodes")
+
+        self.register_outputs(
+            {
+                "controller_profile": self.controller_profile.name if self.controller_profile else None,
+                "node_profile": self.node_profile.name if self.node_profile else None,
+            }
+        )

@@ -1,0 +1,232 @@
+"""A compute node group: launch template + fixed-size Auto Scaling group (+ placement group).
+
+One group is one Auto Scaling group with min = max = desired = ``count``: the number of Pulumi
+resources grows with groups, not with nodes (a 2,048-node cluster is a few dozen resources), and
+AWS replaces a failed instance by itself. Slurm node names are assigned by the inventory from the
+group's tags, not baked into instances.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import pulumi
+import pulumi_aws as aws
+
+from clusterforge.aws import layout
+from clusterforge.aws.efa import NetworkInterfaceSlot, efa_interfaces, primary_interface
+from clusterforge.aws.userdata import user_data_base64
+from clusterforge.catalog import get_profile
+from clusterforge.spec.models import Cluster, NodeGroup
+from infra.common import TOKEN_PREFIX, child_opts, cluster_tags, instance_tags
+
+CapacityType = Literal["on_demand", "spot", "capacity_block", "reservation"]
+
+
+@dataclass(frozen=True)
+class NodeGroupArgs:
+    cluster: str
+    group: str
+    role: str
+    instance_type: str
+    count: int
+    subnet: str
+    ami: str
+    key_name: str | None
+    root_volume_gib: int
+    root_device_name: str
+    efa: bool
+    interfaces: tuple[NetworkInterfaceSlot, ...]
+    placement_group: bool
+    capacity_type: CapacityType
+    reservation_id: str | None
+    user_data_b64: str
+
+    @classmethod
+    def from_group(cls, cluster: Cluster, group: NodeGroup) -> NodeGroupArgs:
+        spec = layout.aws_section(cluster)
+        cloud = group.cloud
+        assert cloud is not None, f"{group.name} is not a cloud group"
+        profile = get_profile(cloud.instance_type)
+        if profile is None:
+            raise layout.LayoutError(
+                f"node group {group.name!r}: instance type {cloud.instance_type!r} is not in the catalog "
+                "(clusterforge/catalog/profiles.yaml); add it there first"
+            )
+        # The EFA layout comes from the catalog through a pure function (clusterforge.aws.efa);
+        # non-EFA groups get the primary ENA interface only.
+        interfaces = efa_interfaces(profile) if cloud.efa else primary_interface()
+        return cls(
+            cluster=cluster.name,
+            group=group.name,
+            role=group.role,
+            instance_type=cloud.instance_type,
+            count=cloud.count,
+            subnet=layout.subnet_for(cluster, group).name,
+            ami=cloud.ami or spec.ami,
+            key_name=spec.key_name,
+            root_volume_gib=cloud.root_volume_gib,
+            root_device_name=layout.root_device_name(cluster.os),
+            efa=cloud.efa,
+            interfaces=tuple(interfaces),
+            placement_group=cloud.placement_group,
+            capacity_type=cloud.capacity.type,
+            reservation_id=cloud.capacity.reservation_id,
+            user_data_b64=user_data_base64(
+                cluster=cluster.name, group=group.name, role=group.role, os=cluster.os
+            ),
+        )
+
+
+class ComputeGroup(pulumi.ComponentResource):
+    launch_template: aws.ec2.LaunchTemplate
+    auto_scaling_group: aws.autoscaling.Group
+    placement_group: aws.ec2.PlacementGroup | None
+
+    def __init__(
+        self,
+        name: str,
+        args: NodeGroupArgs,
+        *,
+        subnet_id: pulumi.Input[str],
+        security_group_ids: list[pulumi.Input[str]],
+        instance_profile_arn: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{TOKEN_PREFIX}:NodeGroup", name, None, opts)
+        tags = cluster_tags(args.cluster, {"clusterforge:group": args.group})
+        node_tags = instance_tags(args.cluster, args.group, args.role, f"{args.cluster}-{args.group}")
+
+        self.placement_group = None
+        if args.placement_group:
+            # "cluster" packs the instances onto nearby racks: lowest latency between EFA peers.
+            self.placement_group = aws.ec2.PlacementGroup(
+                f"{name}-pg", strategy="cluster", tags=tags, opts=child_opts(self)
+            )
+
+        interfaces = [
+            aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+                network_card_index=slot.network_card_index,
+                device_index=slot.device_index,
+                interface_type=slot.interface_type,
+                # Compute nodes never get a public IP: they sit in a private subnet behind NAT.
+                associate_public_ip_address=False,
+                delete_on_termination=True,
+                security_groups=security_group_ids,
+                description=f"{args.cluster}/{args.group} card {slot.network_card_index} "
+                f"dev {slot.device_index} {slot.interface_type}",
+            )
+            for slot in args.interfaces
+        ]
+
+        market: aws.ec2.LaunchTemplateInstanceMarketOptionsArgs | None = None
+        reservation: aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs | None = None
+        if args.capacity_type == "capacity_block":
+            # A Capacity Block is consumed only by launches that say so (market type) AND name the
+            # block's reservation id; either alone fails with InsufficientInstanceCapacity.
+            market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+        if args.capacity_type in ("capacity_block", "reservation"):
+            reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+                capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                    capacity_reservation_id=args.reservation_id,
+                ),
+            )
+
+        self.launch_template = aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            description=f"clusterforge {args.cluster}/{args.group}: {args.count} x {args.instance_type}",
+            image_id=args.ami,
+            instance_type=args.instance_type,
+            key_name=args.key_name,
+            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=instance_profile_arn),
+            # IMDSv2 only: a session token defeats SSRF-style credential theft. Hop limit 2 lets
+            # containers (enroot/pyxis, docker) on the node reach the metadata service.
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled",
+                http_tokens="required",
+                http_put_response_hop_limit=2,
+            ),
+            block_device_mappings=[
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name=args.root_device_name,
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_size=args.root_volume_gib,
+                        volume_type="gp3",
+                        encrypted="true",
+                        delete_on_termination="true",
+                    ),
+                )
+            ],
+            network_interfaces=interfaces,
+            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=self.placement_group.name)
+            if self.placement_group
+            else None,
+            instance_market_options=market,
+            capacity_reservation_specification=reservation,
+            user_data=args.user_data_b64,
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=node_tags)
+                for kind in ("instance", "volume", "network-interface")
+            ],
+            update_default_version=True,
+            tags=tags,
+            opts=child_opts(self),
+        )
+
+        lt_version = self.launch_template.latest_version.apply(str)
+        mixed: aws.autoscaling.GroupMixedInstancesPolicyArgs | None = None
+        launch_template: aws.autoscaling.GroupLaunchTemplateArgs | None = None
+        if args.capacity_type == "spot":
+            # Spot through a mixed-instances policy (0 % on-demand), the supported way for an ASG;
+            # price-capacity-optimized picks the pools least likely to be interrupted.
+            mixed = aws.autoscaling.GroupMixedInstancesPolicyArgs(
+                instances_distribution=aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs(
+                    on_demand_base_capacity=0,
+                    on_demand_percentage_above_base_capacity=0,
+                    spot_allocation_strategy="price-capacity-optimized",
+                ),
+                launch_template=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateArgs(
+                    launch_template_specification=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateLaunchTemplateSpecificationArgs(
+                        launch_template_id=self.launch_template.id,
+                        version=lt_version,
+                    ),
+                    overrides=[
+                        aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArgs(
+                            instance_type=args.instance_type
+                        )
+                    ],
+                ),
+            )
+        else:
+            launch_template = aws.autoscaling.GroupLaunchTemplateArgs(
+                id=self.launch_template.id, version=lt_version
+            )
+
+        self.auto_scaling_group = aws.autoscaling.Group(
+            f"{name}-asg",
+            # Fixed size: Slurm, not the ASG, decides what runs where; the ASG only keeps the
+            # group whole by replacing instances that fail EC2 health checks.
+            min_size=args.count,
+            max_size=args.count,
+            desired_capacity=args.count,
+            vpc_zone_identifiers=[subnet_id],
+            launch_template=launch_template,
+            mixed_instances_policy=mixed,
+            health_check_type="EC2",
+            # Do not block `pulumi up` until every GPU node is InService: a capacity block may
+            # start hours later and large groups fill gradually; the Ansible stage waits instead.
+            wait_for_capacity_timeout="0",
+            tags=[
+                aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=False)
+                for k, v in sorted(tags.items())
+            ],
+            opts=child_opts(self),
+        )
+
+        self.register_outputs(
+            {
+                "asg_name": self.auto_scaling_group.name,
+                "launch_template_id": self.launch_template.id,
+            }
+        )

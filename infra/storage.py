@@ -1,0 +1,165 @@
+"""Shared storage: FSx for Lustre (PERSISTENT_2) and EFS, both encrypted at rest.
+
+On-prem storage kinds of the spec (``nfs``, ``lustre``) create nothing here; Ansible mounts them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from clusterforge.aws import layout
+from clusterforge.spec.models import Cluster, Efs, FsxLustre
+from infra.common import TOKEN_PREFIX, child_opts, cluster_tags
+
+
+@dataclass(frozen=True)
+class FsxArgs:
+    name: str
+    mount: str
+    capacity_gib: int
+    throughput_per_tib: int
+    subnet: str
+    s3_import_path: str | None
+
+    @property
+    def file_system_path(self) -> str:
+        """Where the S3 data appears inside the file system: ``/<last prefix component>``
+        (``s3://bucket/corpus`` -> ``/corpus``, mounted at ``<mount>/corpus``)."""
+        assert self.s3_import_path is not None
+        parts = [p for p in self.s3_import_path.removeprefix("s3://").split("/") if p]
+        return "/" + parts[-1]
+
+
+@dataclass(frozen=True)
+class EfsArgs:
+    name: str
+    mount: str
+    throughput_mode: str
+    subnets: tuple[str, ...]
+    """one subnet per AZ that holds cloud nodes: a mount target each"""
+
+
+@dataclass(frozen=True)
+class StorageArgs:
+    cluster: str
+    fsx: tuple[FsxArgs, ...]
+    efs: tuple[EfsArgs, ...]
+
+    @classmethod
+    def from_cluster(cls, cluster: Cluster) -> StorageArgs:
+        fsx_subnet = layout.storage_subnet(cluster).name if cluster.aws else ""
+        mt_subnets = (
+            tuple(s.name for s in layout.one_subnet_per_az(layout.used_subnets(cluster)))
+            if cluster.aws
+            else ()
+        )
+        return cls(
+            cluster=cluster.name,
+            fsx=tuple(
+                FsxArgs(s.name, s.mount, s.capacity_gib, s.throughput_per_tib, fsx_subnet, s.s3_import_path)
+                for s in cluster.storage
+                if isinstance(s, FsxLustre)
+            ),
+            efs=tuple(
+                EfsArgs(s.name, s.mount, s.throughput_mode, mt_subnets)
+                for s in cluster.storage
+                if isinstance(s, Efs)
+            ),
+        )
+
+
+class Storage(pulumi.ComponentResource):
+    """FSx for Lustre for checkpoints and datasets; EFS for home directories."""
+
+    fsx: dict[str, aws.fsx.LustreFileSystem]
+    efs: dict[str, aws.efs.FileSystem]
+    mounts: dict[str, dict[str, pulumi.Input[str] | None]]
+
+    def __init__(
+        self,
+        name: str,
+        args: StorageArgs,
+        subnet_ids: dict[str, pulumi.Output[str]],
+        fsx_security_group_id: pulumi.Input[str] | None,
+        efs_security_group_id: pulumi.Input[str] | None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{TOKEN_PREFIX}:Storage", name, None, opts)
+        tags = cluster_tags(args.cluster)
+        self.fsx, self.efs, self.mounts = {}, {}, {}
+
+        for f in args.fsx:
+            assert fsx_security_group_id is not None
+            fs = aws.fsx.LustreFileSystem(
+                f"{name}-{f.name}",
+                # PERSISTENT_2: replicated storage that survives server failure, the only deployment
+                # type with data repository associations; encrypted at rest with KMS (the AWS
+                # managed aws/fsx key unless kms_key_id is given). SCRATCH types lose data on
+                # a server failure: not for checkpoints.
+                deployment_type="PERSISTENT_2",
+                storage_type="SSD",
+                storage_capacity=f.capacity_gib,
+                per_unit_storage_throughput=f.throughput_per_tib,
+                file_system_type_version="2.15",
+                # LZ4 costs little CPU on the servers and shrinks checkpoints and text corpora.
+                data_compression_type="LZ4",
+                # pulumi-aws 7 types this as one id: FSx for Lustre lives in exactly one subnet.
+                subnet_ids=subnet_ids[f.subnet],
+                security_group_ids=[fsx_security_group_id],
+                tags=cluster_tags(args.cluster, {"Name": f"{args.cluster}-{f.name}"}),
+                opts=child_opts(self),
+            )
+            self.fsx[f.name] = fs
+            if f.s3_import_path:
+                aws.fsx.DataRepositoryAssociation(
+                    f"{name}-{f.name}-s3",
+                    file_system_id=fs.id,
+                    data_repository_path=f.s3_import_path,
+                    file_system_path=f.file_system_path,
+                    # Import the object listing at creation; contents load lazily on first read.
+                    batch_import_meta_data_on_create=True,
+                    s3=aws.fsx.DataRepositoryAssociationS3Args(
+                        auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(
+                            events=["NEW", "CHANGED", "DELETED"],
+                        ),
+                    ),
+                    tags=tags,
+                    opts=child_opts(self),
+                )
+            self.mounts[f.name] = {
+                "type": "fsx_lustre",
+                "mount": f.mount,
+                "dns_name": fs.dns_name,
+                "mount_name": fs.mount_name,
+            }
+
+        for e in args.efs:
+            assert efs_security_group_id is not None
+            efs = aws.efs.FileSystem(
+                f"{name}-{e.name}",
+                encrypted=True,
+                performance_mode="generalPurpose",
+                throughput_mode=e.throughput_mode,
+                tags=cluster_tags(args.cluster, {"Name": f"{args.cluster}-{e.name}"}),
+                opts=child_opts(self),
+            )
+            self.efs[e.name] = efs
+            for subnet in e.subnets:
+                aws.efs.MountTarget(
+                    f"{name}-{e.name}-{subnet}",
+                    file_system_id=efs.id,
+                    subnet_id=subnet_ids[subnet],
+                    security_groups=[efs_security_group_id],
+                    opts=child_opts(self),
+                )
+            self.mounts[e.name] = {
+                "type": "efs",
+                "mount": e.mount,
+                "dns_name": efs.dns_name,
+                "mount_name": None,
+            }
+
+        self.register_outputs({"mounts": self.mounts})

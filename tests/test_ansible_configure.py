@@ -1,0 +1,89 @@
+"""clusterforge.configure: ansible-runner wrapper (progress, check/diff/limit/tags, no secrets left)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from clusterforge.configure import (
+    ConfigureError,
+    ProgressEvent,
+    TextProgress,
+    _events_to_progress,
+    configure,
+    scrub_artifacts,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_scrub_finds_secret_values(tmp_path: Path) -> None:
+    (tmp_path / "job_events").mkdir()
+    (tmp_path / "job_events" / "1.json").write_text('{"res": "StoragePass=hunter2-xyz"}')
+    (tmp_path / "command").write_text("ansible-playbook -e @/tmp/x/secrets.yml")
+    assert scrub_artifacts(tmp_path, ["hunter2-xyz", ""]) == [tmp_path / "job_events" / "1.json"]
+    assert scrub_artifacts(tmp_path, []) == []
+
+
+def test_progress_lines_from_runner_events() -> None:
+    lines: list[str] = []
+    handler = _events_to_progress(TextProgress(lines.append))
+    for ev in (
+        {"event": "playbook_on_play_start", "event_data": {"play": "Slurm controller"}},
+        {"event": "playbook_on_task_start", "event_data": {"task": "Install the rendered files"}},
+        {"event": "runner_on_ok", "event_data": {"host": "ctl", "res": {"changed": True}}},
+        {"event": "runner_on_ok", "event_data": {"host": "gpu-001", "res": {"changed": False}}},
+        {"event": "runner_on_failed", "event_data": {"host": "gpu-002", "res": {"msg": "boom"}}},
+        {"event": "runner_on_failed", "event_data": {"host": "gpu-002", "ignore_errors": True, "res": {"msg": "x"}}},
+    ):
+        assert handler(ev) is True
+    assert lines == [
+        "== Slurm controller",
+        "  [  1] ctl: changed Install the rendered files",
+        "  [  1] gpu-002: failed Install the rendered files: boom",
+    ]
+
+
+def test_unknown_playbook_is_refused(tmp_path: Path) -> None:
+    pytest.importorskip("ansible_runner")
+    with pytest.raises(ConfigureError, match="no playbook"):
+        configure(ROOT / "examples" / "local.yaml", playbook="nope.yml", inventory_dir=tmp_path / "inv")
+
+
+@pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-core is not installed")
+def test_validate_through_ansible_runner_leaves_no_secret(tmp_path: Path) -> None:
+    """A real ansible-runner run (validate.yml runs on the Ansible host only): the secret handed in
+    reaches the play (its check passes) but no artifact holds it, and the temp folder is gone."""
+    pytest.importorskip("ansible_runner")
+    secret = "cf-unit-Secret-51b2"
+    events: list[ProgressEvent] = []
+    res = configure(
+        ROOT / "examples" / "onprem-dgx.yaml",
+        playbook="validate.yml",
+        inventory_dir=tmp_path / "inv",
+        secrets={"slurmdbd_storage_pass": secret},
+        keep_artifacts=tmp_path / "artifacts",
+        progress=events.append,
+        check=True,
+        diff=True,
+    )
+    assert res.ok, res.failures
+    assert res.stats["localhost"].get("failed", 0) == 0
+    assert res.changed == 0
+    assert any(e.kind == "task" and "secrets" in e.name for e in events)
+    files = [p for p in (tmp_path / "artifacts").rglob("*") if p.is_file()]
+    assert files, "artifacts were kept"
+    for f in files:
+        assert secret.encode() not in f.read_bytes(), f
+    assert not any(p.name in ("env", "envvars", "extravars", "passwords", "stdout") for p in (tmp_path / "artifacts").rglob("*"))
+    assert (tmp_path / "inv" / "hosts.yml").is_file()
+
+
+@pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-core is not installed")
+def test_missing_secret_fails_validation(tmp_path: Path) -> None:
+    pytest.importorskip("ansible_runner")
+    res = configure(ROOT / "examples" / "onprem-dgx.yaml", playbook="validate.yml", inventory_dir=tmp_path / "inv")
+    assert not res.ok
+    assert any("slurmdbd_storage_pass" in f and "Vault" in f for f in res.failures), res.failures

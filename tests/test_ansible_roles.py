@@ -1,0 +1,150 @@
+"""Static checks of roles/ and playbooks/ (no hosts): argument specs, defaults, syntax, filters."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+ROLES = sorted(p for p in (ROOT / "roles").iterdir() if p.is_dir())
+EXPECTED_ROLES = {
+    "common", "nvidia_driver", "cuda", "rocm", "efa", "infiniband", "nccl", "munge", "slurm", "dcgm",
+    "monitoring", "storage",
+}
+
+
+def _yaml(p: Path) -> object:
+    return yaml.safe_load(p.read_text())
+
+
+def test_every_role_of_the_issue_exists() -> None:
+    assert {r.name for r in ROLES} >= EXPECTED_ROLES
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.name)
+def test_defaults_match_argument_specs(role: Path) -> None:
+    """Every default is declared with the same value; every optional option has a default."""
+    spec = _yaml(role / "meta" / "argument_specs.yml")["argument_specs"]["main"]
+    options = spec["options"]
+    defaults_file = role / "defaults" / "main.yml"
+    defaults = (_yaml(defaults_file) or {}) if defaults_file.exists() else {}
+    undeclared = sorted(set(defaults) - set(options))
+    assert not undeclared, f"{role.name}: defaults not in meta/argument_specs.yml: {undeclared}"
+    # clusterforge_* come from the generated inventory, never from role defaults
+    optional = {k for k, v in options.items() if not v.get("required") and not k.startswith("clusterforge_")}
+    no_default = sorted(optional - set(defaults))
+    assert not no_default, f"{role.name}: optional options without a default in defaults/main.yml: {no_default}"
+    for key, value in defaults.items():
+        declared = options[key].get("default")
+        if isinstance(value, str):
+            value = " ".join(value.split())  # folded scalars
+            declared = " ".join(str(declared).split())
+        assert declared == value, f"{role.name}.{key}: argument_specs default {declared!r} != defaults {value!r}"
+    for key, opt in options.items():
+        assert opt.get("description"), f"{role.name}.{key} has no description"
+        if not key.startswith("clusterforge_"):
+            assert key.startswith(role.name.split("_")[0]) or key.startswith("amdgpu_"), (
+                f"{role.name}.{key}: role variables start with the role name"
+            )
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.name)
+def test_defaults_are_commented(role: Path) -> None:
+    f = role / "defaults" / "main.yml"
+    if not f.exists():
+        return
+    lines = f.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line and not line.startswith((" ", "#", "-", "---")) and ":" in line:
+            above = lines[i - 1] if i else ""
+            assert above.startswith("#") or lines[i - 2].startswith("#") if i > 1 else False, (
+                f"{role.name}: default {line.split(':')[0]!r} has no comment above it"
+            )
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.name)
+def test_role_layout(role: Path) -> None:
+    assert (role / "tasks" / "main.yml").is_file()
+    meta = _yaml(role / "meta" / "main.yml")
+    assert meta["galaxy_info"]["role_name"] == role.name
+    platforms = {p["name"] for p in meta["galaxy_info"]["platforms"]}
+    assert platforms == {"Debian", "Ubuntu"}
+    for tpl in (role / "templates").glob("*.j2") if (role / "templates").is_dir() else []:
+        assert tpl.read_text().startswith("{{ ansible_managed | comment }}"), tpl
+
+
+def test_site_runs_every_role_and_validates_first() -> None:
+    plays = _yaml(ROOT / "playbooks" / "site.yml")
+    assert plays[0]["ansible.builtin.import_playbook"] == "validate.yml"
+    used = {r["role"] for p in plays[1:] for r in p.get("roles", [])}
+    assert used == EXPECTED_ROLES
+    names = [p["name"] for p in plays]
+    assert names.index("Slurm controller") < names.index("Slurm compute and login nodes")
+    assert names.index("Munge") < names.index("Slurm controller")
+
+
+def _fill_secrets():
+    spec = importlib.util.spec_from_file_location(
+        "cf_secrets", ROOT / "roles" / "slurm" / "filter_plugins" / "clusterforge_secrets.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.fill_secrets
+
+
+def test_fill_secrets_substitutes_listed_placeholders() -> None:
+    fill = _fill_secrets()
+    text = "StorageUser=slurm\nStoragePass={{ SECRET:slurmdbd_storage_pass }}\n"
+    assert fill(text, {"slurmdbd_storage_pass": "p@ss{{x}}"}, ["slurmdbd_storage_pass"]) == (
+        "StorageUser=slurm\nStoragePass=p@ss{{x}}\n"
+    )
+
+
+def test_fill_secrets_errors_name_the_secret_not_the_value() -> None:
+    fill = _fill_secrets()
+    with pytest.raises(Exception, match="slurmdbd_storage_pass") as exc:
+        fill("StoragePass={{ SECRET:slurmdbd_storage_pass }}\n", {}, ["slurmdbd_storage_pass"], "slurmdbd.conf")
+    assert "Vault" in str(exc.value)
+    with pytest.raises(Exception, match="not in the manifest's secret_refs"):
+        fill("X={{ SECRET:other }}\n", {"other": "v"}, [], "f")
+
+
+@pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-core is not installed")
+def test_playbooks_syntax(tmp_path: Path) -> None:
+    from clusterforge.inventory import generate_inventory
+
+    inv = generate_inventory(ROOT / "examples" / "onprem-dgx.yaml", out_dir=tmp_path / "inv").out_dir
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+    p = subprocess.run(
+        ["ansible-playbook", "-i", str(inv), "--syntax-check",
+         *(str(ROOT / "playbooks" / n) for n in ("site.yml", "validate.yml", "discover.yml"))],
+        capture_output=True, text=True, timeout=900, cwd=ROOT, env=env, check=False,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+@pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-core is not installed")
+def test_validate_names_the_generator_on_a_broken_inventory(tmp_path: Path) -> None:
+    """validate.yml passes on a generated inventory and fails with the generator's name when a
+    contract variable is missing."""
+    from clusterforge.inventory import generate_inventory
+
+    inv = generate_inventory(ROOT / "examples" / "onprem-dgx.yaml", out_dir=tmp_path / "inv").out_dir
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    secrets = tmp_path / "vault.yml"
+    secrets.write_text("clusterforge_secrets: {slurmdbd_storage_pass: x}\n")
+    cmd = ["ansible-playbook", "-i", str(inv), "-e", f"@{secrets}", str(ROOT / "playbooks" / "validate.yml")]
+    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT, env=env, check=False)
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-2000:]
+    gv = inv / "group_vars" / "dgx_pod_cpu.yml"
+    gv.write_text(gv.read_text().replace("clusterforge_node_group: cpu\n", ""))
+    bad = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT, env=env, check=False)
+    assert bad.returncode != 0
+    assert "lacks clusterforge_node_group" in bad.stdout
+    assert "clusterforge inventory" in bad.stdout

@@ -1,0 +1,350 @@
+"""clusterforge.check: the real-daemon check of a rendered Slurm config.
+
+The ``slurm`` tests start the real Debian slurmctld/slurmd (and a private munged when the host has
+none) on tests/fixtures/check/good or on a copy edited into one known failure; each asserts the
+problem kind the check must report. They need root and Slurm, which CI has.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusterforge import check
+from clusterforge.check import CheckReport, ProblemKind, check_dir, format_report
+
+GOOD = Path(__file__).parent / "fixtures" / "check" / "good"
+
+slurm = pytest.mark.skipif(
+    shutil.which("slurmctld") is None or os.geteuid() != 0,
+    reason="needs Debian's slurmctld/slurmd/munge and root",
+)
+
+Edit = Callable[[Path], None]
+
+
+def replace(rel: str, old: str, new: str) -> Edit:
+    def edit(d: Path) -> None:
+        p = d / rel
+        text = p.read_text()
+        assert old in text, f"{old!r} not in {rel}"  # a fixture change must not make a test vacuous
+        p.write_text(text.replace(old, new))
+
+    return edit
+
+
+def edit_expect(change: Callable[[dict[str, Any]], None]) -> Edit:
+    def edit(d: Path) -> None:
+        p = d / "manifest.json"
+        manifest = json.loads(p.read_text())
+        change(manifest["expect"])
+        p.write_text(json.dumps(manifest))
+
+    return edit
+
+
+def run_check(tmp_path: Path, *edits: Edit, timeout_s: float = 60) -> CheckReport:
+    # 60 s, not the CLI's 30: the bound is for hangs, and a shared CI runner can be slow.
+    d = tmp_path / "rendered"
+    shutil.copytree(GOOD, d)
+    for e in edits:
+        e(d)
+    report = check_dir(d, timeout_s=timeout_s)
+    print(format_report(report))  # shown by pytest when the test fails
+    return report
+
+
+def messages(report: CheckReport, kind: ProblemKind) -> str:
+    return "\n".join(p.message for p in report.problems if p.kind is kind)
+
+
+@pytest.fixture
+def workdirs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The private folders the checks of one test create (each child's argv names its own)."""
+    made: list[str] = []
+    real = tempfile.mkdtemp
+
+    def spy(*args: Any, **kwargs: Any) -> str:
+        path = str(real(*args, **kwargs))
+        if os.path.basename(path).startswith("clusterforge-check-"):
+            made.append(path)
+        return path
+
+    monkeypatch.setattr(tempfile, "mkdtemp", spy)
+    return made
+
+
+def leftovers(workdirs: list[str]) -> list[str]:
+    """Folders and processes of these checks that outlived them."""
+    found = [d for d in workdirs if os.path.exists(d)]
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(d in cmd for d in workdirs):
+            found.append(f"{proc.name}: {cmd}")
+    return found
+
+
+# --- pure parsing: no daemons --------------------------------------------------------------
+
+
+def test_parse_kv_keeps_values_with_spaces_and_equals() -> None:
+    kv = check.parse_kv("NodeName=gpu-001 CfgTRES=cpu=224,mem=2040000M OS=Linux 6.1.0 #1 SMP Reason=x [root@1]")
+    assert kv["NodeName"] == "gpu-001"
+    assert kv["CfgTRES"] == "cpu=224,mem=2040000M"
+    assert kv["OS"] == "Linux 6.1.0 #1 SMP"
+    assert kv["Reason"] == "x [root@1]"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("3-00:00:00", 3 * 86400),
+        ("72:00:00", 3 * 86400),
+        ("90", 5400),
+        ("1-12", 36 * 3600),
+        ("UNLIMITED", None),
+    ],
+)
+def test_slurm_time_formats(text: str, seconds: int | None) -> None:
+    assert check._slurm_seconds(text) == seconds
+
+
+def test_gres_normalisation_drops_socket_affinity() -> None:
+    assert check._norm_gres("gpu:h100:8(S:0-1)") == check._norm_gres("gpu:h100:8")
+    assert check._norm_gres("(null)") == []
+
+
+def test_parse_slurmd_gres_line() -> None:
+    dev = check._parse_gres_line(
+        "slurmd-gpu-001: Gres Name=gpu Type=h100 Count=1 Index=0 ID=7696487 File=/dev/nvidia0 "
+        "Cores=0-55 CoreCnt=224 Links=-1,18,18,18,18,18,18,18"
+    )
+    assert dev is not None
+    assert (dev.name, dev.type, dev.count, dev.files) == ("gpu", "h100", 1, ("/dev/nvidia0",))
+    assert dev.fields["Links"] == "-1,18,18,18,18,18,18,18"
+
+
+def test_set_key_replaces_case_insensitively_and_appends() -> None:
+    text, old = check._set_key("statesavelocation=/var/spool/x\nNodeName=a CPUs=1\n", "StateSaveLocation", "/t")
+    assert old == "/var/spool/x"
+    assert text == "NodeName=a CPUs=1\nStateSaveLocation=/t\n"
+    text, old = check._set_key(text, "AuthInfo", None)
+    assert old is None and "AuthInfo" not in text
+
+
+def test_controllers_with_and_without_address() -> None:
+    conf = "SlurmctldHost=head-01(10.10.0.10)\nSlurmctldHost=head-02\n"
+    assert check._controllers(conf) == [("head-01", "10.10.0.10"), ("head-02", None)]
+
+
+def test_missing_manifest_is_a_manifest_problem(tmp_path: Path) -> None:
+    report = check_dir(tmp_path)
+    assert report.kinds() == {ProblemKind.MANIFEST}
+    assert not report.ok
+
+
+def test_expect_with_a_bad_hostlist_is_a_manifest_problem(tmp_path: Path) -> None:
+    # Slurm has no letter ranges: "leaf-[a-c]" is not a hostlist (slurmctld: "Invalid switches").
+    report = run_check(tmp_path, edit_expect(lambda e: e["topology"]["switches"][0].update(switches="leaf-[a-c]")))
+    assert report.kinds() == {ProblemKind.MANIFEST}
+    assert "leaf-[a-c]" in messages(report, ProblemKind.MANIFEST)
+
+
+def test_format_report_lists_problems_and_overrides() -> None:
+    report = CheckReport(path=Path("out"), cluster="c")
+    report.add(ProblemKind.GRES_DROPPED, "node gpu-001: Gres=(null)\nsecond line", "gpu-001")
+    report.overrides.append(
+        check.Override("slurm.conf (slurmctld)", "StateSaveLocation", "/var/x", "<tmp>/state", "why")
+    )
+    text = format_report(report)
+    assert "FAILED (1 problem)" in text
+    assert "[gres_dropped] node gpu-001: Gres=(null) | second line" in text
+    assert "StateSaveLocation: /var/x -> <tmp>/state" in text
+
+
+def test_noise_allow_lists_are_documented() -> None:
+    for rx, why in (*check.CTLD_NOISE, *check.CTLD_NO_DBD_NOISE, *check.SLURMD_NOISE):
+        assert rx and len(why) > 10
+
+
+# --- real daemons ----------------------------------------------------------------------------
+
+
+@pytest.mark.slurm
+@slurm
+def test_good_fixture_passes_and_cleans_up(tmp_path: Path, workdirs: list[str]) -> None:
+    report = run_check(tmp_path)
+    assert report.ok, format_report(report)
+    assert set(report.nodes) == {"gpu-001", "gpu-002", "gpu-003", "gpu-004", "cpu-01", "cpu-02"}
+    assert report.nodes["gpu-001"]["Gres"].startswith("gpu:h100:8")
+    assert report.partitions["gpu"]["Default"] == "YES"
+    assert report.topology["spine"]["Switches"] == "leaf-a,leaf-b,leaf-c"
+    devices = report.gres["gpu-001"]
+    assert [d.files for d in devices] == [(f"/dev/nvidia{i}",) for i in range(8)]
+    assert devices[4].fields["Cores"] == "56-111"  # kept, and valid for the rendered node
+    keys = {o.key for o in report.overrides}
+    assert {"StateSaveLocation", "SlurmctldPidFile", "SlurmdSpoolDir", "SlurmdParameters"} <= keys
+    assert not {"NodeName", "PartitionName", "GresTypes"} & keys
+    assert {"parse", "slurmctld_start", "scontrol", "total"} <= set(report.timings)
+    assert leftovers(workdirs) == []
+
+
+@pytest.mark.slurm
+@slurm
+def test_missing_grestypes_drops_gres_silently(tmp_path: Path) -> None:
+    report = run_check(tmp_path, replace("slurm/slurm.conf", "GresTypes=gpu\n", ""))
+    assert ProblemKind.GRES_DROPPED in report.kinds()
+    # slurmctld itself logs nothing about it: only the comparison with expect catches it
+    assert ProblemKind.LOG_ERROR not in report.kinds()
+
+
+@pytest.mark.slurm
+@slurm
+def test_unknown_key_is_rejected_by_the_parse(tmp_path: Path) -> None:
+    report = run_check(tmp_path, replace("slurm/slurm.conf", "ReturnToService=2\n", "ReturnToService=2\nFooBar=1\n"))
+    assert report.kinds() == {ProblemKind.PARSE}
+    assert "FooBar" in messages(report, ProblemKind.PARSE)
+
+
+@pytest.mark.slurm
+@slurm
+def test_topology_child_switch_missing_is_rejected(tmp_path: Path, workdirs: list[str]) -> None:
+    report = run_check(tmp_path, replace("slurm/topology.conf", "leaf-a,leaf-b,leaf-c", "leaf-a,leaf-b,leaf-c,leaf-d"))
+    assert "invalid child (leaf-d)" in messages(report, ProblemKind.REJECTED)
+    assert leftovers(workdirs) == []
+
+
+@pytest.mark.slurm
+@slurm
+def test_cpus_not_matching_the_layout_is_an_error_line(tmp_path: Path) -> None:
+    report = run_check(tmp_path, replace("slurm/slurm.conf", "CPUs=192", "CPUs=100"))
+    assert "CPUs=100 match no Sockets" in messages(report, ProblemKind.LOG_ERROR)
+    # slurmd -G and the client parse print the same line; it is reported once, by slurmctld
+    assert ProblemKind.GRES_ERROR not in report.kinds()
+
+
+@pytest.mark.slurm
+@slurm
+def test_gres_conf_type_mismatch_is_caught_by_slurmd(tmp_path: Path) -> None:
+    report = run_check(tmp_path, replace("slurm/gres.conf", "Type=h100", "Type=a100"))
+    # slurmd drops the a100 lines ("GRES gpu:a100 has 1 more configured than expected")
+    assert "0 GPUs (expected 8)" in messages(report, ProblemKind.GRES_MISMATCH)
+    assert "gpu:a100" in messages(report, ProblemKind.GRES_ERROR)
+    assert report.nodes["gpu-001"]["Gres"].startswith("gpu:h100:8")  # slurmctld alone sees nothing
+
+
+@pytest.mark.slurm
+@slurm
+def test_too_few_gres_files_is_caught_by_slurmd(tmp_path: Path) -> None:
+    def drop_last_four(d: Path) -> None:
+        p = d / "slurm" / "gres.conf"
+        keep = [ln for ln in p.read_text().splitlines() if not any(f"nvidia{i} " in ln for i in range(4, 8))]
+        p.write_text("\n".join(keep) + "\n")
+
+    report = run_check(tmp_path, drop_last_four)
+    assert "4 GPUs (expected 8)" in messages(report, ProblemKind.GRES_MISMATCH)
+
+
+@pytest.mark.slurm
+@slurm
+def test_gres_cores_beyond_the_rendered_node_are_an_error(tmp_path: Path) -> None:
+    # The nodes have 112 cores. (Cores=0-55 on this 2-core host is fine: config_overrides makes
+    # slurmd -G check Cores= against the rendered node, not against the machine it runs on.)
+    report = run_check(tmp_path, replace("slurm/gres.conf", "Cores=56-111", "Cores=56-300"))
+    assert "Invalid GRES data for gpu, Cores=56-300" in messages(report, ProblemKind.GRES_ERROR)
+
+
+@pytest.mark.slurm
+@slurm
+def test_config_for_another_slurm_release_is_not_judged(tmp_path: Path) -> None:
+    def newer(d: Path) -> None:
+        p = d / "manifest.json"
+        p.write_text(p.read_text().replace('"slurm_version": "22.05"', '"slurm_version": "24.05"'))
+
+    report = run_check(tmp_path, newer)
+    assert report.kinds() == {ProblemKind.ENVIRONMENT}
+    assert "rendered for Slurm 24.05" in messages(report, ProblemKind.ENVIRONMENT)
+
+
+@pytest.mark.slurm
+@slurm
+def test_expect_8_gpus_but_conf_says_4(tmp_path: Path) -> None:
+    report = run_check(tmp_path, replace("slurm/slurm.conf", "Gres=gpu:h100:8", "Gres=gpu:h100:4"))
+    assert {ProblemKind.NODE_MISMATCH, ProblemKind.GRES_MISMATCH} <= report.kinds()
+
+
+@pytest.mark.slurm
+@slurm
+def test_gres_conf_device_beyond_expect_does_not_hang(tmp_path: Path, workdirs: list[str]) -> None:
+    # expect (and so the fake /dev) has 4 GPUs, gres.conf names 8: slurmd -G would wait forever.
+    def four(e: dict[str, Any]) -> None:
+        e["nodes"][0].update(gpu_count=4, gpu_files="/dev/nvidia[0-3]")
+
+    report = run_check(tmp_path, edit_expect(four), timeout_s=60)
+    assert ProblemKind.GRES_DEVICE_MISSING in report.kinds()
+    assert ProblemKind.TIMEOUT not in report.kinds()  # stopped at its "Waiting for" line, not the deadline
+    assert leftovers(workdirs) == []
+
+
+@pytest.mark.slurm
+@slurm
+def test_expect_mismatches_in_nodes_partitions_topology_controller(tmp_path: Path) -> None:
+    def change(e: dict[str, Any]) -> None:
+        e["controller"]["address"] = "10.10.0.11"
+        e["nodes"][1]["weight"] = 50
+        e["partitions"][0]["max_time"] = "2-00:00:00"
+        e["topology"]["switches"][1]["nodes"] = "gpu-[001-003]"
+
+    report = run_check(tmp_path, edit_expect(change))
+    assert report.kinds() == {
+        ProblemKind.CONTROLLER_MISMATCH,
+        ProblemKind.NODE_MISMATCH,
+        ProblemKind.PARTITION_MISMATCH,
+        ProblemKind.TOPOLOGY_MISMATCH,
+    }
+    assert "Weight=100 (expected 50)" in messages(report, ProblemKind.NODE_MISMATCH)
+    assert "MaxTime=3-00:00:00 (expected 2-00:00:00)" in messages(report, ProblemKind.PARTITION_MISMATCH)
+    assert "switch leaf-a: Nodes=gpu-[001-002]" in messages(report, ProblemKind.TOPOLOGY_MISMATCH)
+
+
+@pytest.mark.slurm
+@slurm
+def test_accounting_and_controller_without_address(tmp_path: Path) -> None:
+    # What the renderer emits with accounting on; slurmctld would exit without a slurmdbd. And a
+    # SlurmctldHost without address must still resolve inside the private network namespace.
+    extra = (
+        "AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=head-01\n"
+        "AccountingStorageEnforce=associations\nAccountingStorageTRES=gres/gpu\n"
+        "JobAcctGatherType=jobacct_gather/cgroup\nSlurmctldDebug=error\n"
+    )
+    report = run_check(
+        tmp_path,
+        replace("slurm/slurm.conf", "ReturnToService=2\n", "ReturnToService=2\n" + extra),
+        replace("slurm/slurm.conf", "SlurmctldHost=head-01(10.10.0.10)", "SlurmctldHost=head-01"),
+        edit_expect(lambda e: e["controller"].update(address=None)),
+    )
+    assert report.ok, format_report(report)
+    removed = {o.key for o in report.overrides if o.value is None}
+    assert {"AccountingStorageType", "AccountingStorageEnforce", "AccountingStorageTRES"} <= removed
+    assert any(o.key == "SlurmctldDebug" and o.value == "info" for o in report.overrides)
+
+
+@pytest.mark.slurm
+@slurm
+def test_timeout_is_reported_and_everything_stopped(tmp_path: Path, workdirs: list[str]) -> None:
+    report = run_check(tmp_path, timeout_s=0.05)
+    assert ProblemKind.TIMEOUT in report.kinds()
+    assert workdirs
+    assert leftovers(workdirs) == []

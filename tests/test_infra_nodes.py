@@ -1,0 +1,337 @@
+"""Node groups, controller/login instances, IAM and storage as the program registers them."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from clusterforge.aws.efa import efa_interfaces
+from clusterforge.aws.iam import TOPOLOGY_ACTIONS
+from clusterforge.aws.layout import LayoutError
+from clusterforge.catalog import get_profile
+from tests.pulumi_helpers import (
+    ASG,
+    DRA,
+    EFS,
+    FSX,
+    INSTANCE,
+    LT,
+    MOUNT_TARGET,
+    PARAMETER,
+    PG,
+    ROLE,
+    ROLE_POLICY,
+    SUBNET,
+    example_data,
+    expect,
+    of_type,
+    one,
+    run_example,
+    run_spec,
+)
+
+EXAMPLES = ("p5-training", "hybrid")
+
+
+# --------------------------------------------------------------------------- IMDSv2, encryption
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_imdsv2_required_everywhere(example: str) -> None:
+    rec = run_example(example)
+    nodes = of_type(rec, LT) + of_type(rec, INSTANCE)
+    assert nodes
+    for r in nodes:
+        md = r.inputs.get("metadataOptions", {})
+        expect(r, md.get("httpTokens") == "required", "IMDSv2 must be required (httpTokens: required)")
+        expect(r, md.get("httpEndpoint") == "enabled", "metadata endpoint stays on (SSM agent, credentials)")
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_encryption_everywhere(example: str) -> None:
+    rec = run_example(example)
+    for lt in of_type(rec, LT):
+        mappings = lt.inputs.get("blockDeviceMappings", [])
+        expect(lt, len(mappings) == 1, "exactly the root volume is mapped")
+        for m in mappings:
+            expect(lt, m["ebs"]["encrypted"] == "true" and m["ebs"]["volumeType"] == "gp3", "encrypted gp3 root")
+    for inst in of_type(rec, INSTANCE):
+        root = inst.inputs.get("rootBlockDevice", {})
+        expect(inst, root.get("encrypted") is True and root.get("volumeType") == "gp3", "encrypted gp3 root")
+        expect(inst, "ebsBlockDevices" not in inst.inputs, "no unencrypted extra volumes")
+    for fs in of_type(rec, EFS):
+        expect(fs, fs.inputs.get("encrypted") is True, "EFS encrypted at rest")
+    for fs in of_type(rec, FSX):
+        expect(fs, fs.inputs.get("deploymentType") == "PERSISTENT_2", "PERSISTENT_2 (KMS-encrypted at rest)")
+    for p in of_type(rec, PARAMETER):
+        expect(p, p.inputs.get("type") == "SecureString", "secrets are SecureString parameters")
+
+
+# --------------------------------------------------------------------------- public addresses
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_no_public_ip_on_compute(example: str) -> None:
+    rec = run_example(example)
+    for lt in of_type(rec, LT):
+        for ni in lt.inputs["networkInterfaces"]:
+            expect(
+                lt,
+                ni.get("associatePublicIpAddress") is False,
+                f"compute interface asks for a public IP: {ni}",
+            )
+    for subnet in of_type(rec, SUBNET):
+        expect(subnet, subnet.inputs.get("mapPublicIpOnLaunch") is False, "subnets never auto-assign public IPs")
+    for inst in of_type(rec, INSTANCE):
+        is_login = inst.inputs["tags"]["clusterforge:role"] == "login"
+        expect(
+            inst,
+            inst.inputs["associatePublicIpAddress"] is is_login,
+            "only the reachable login node is public",
+        )
+
+
+# ------------------------------------------------------------------------ EFA, placement, capacity
+
+
+@pytest.mark.parametrize(
+    ("example", "lt_name", "instance_type"),
+    [
+        ("p5-training", "p5-training-gpu-lt", "p5.48xlarge"),
+        ("hybrid", "hybrid-burst-lt", "p5.48xlarge"),
+    ],
+)
+def test_launch_template_interfaces_follow_the_catalog(example: str, lt_name: str, instance_type: str) -> None:
+    lt = one(run_example(example), LT, lt_name)
+    profile = get_profile(instance_type)
+    assert profile is not None
+    want = [(s.network_card_index, s.device_index, s.interface_type) for s in efa_interfaces(profile)]
+    got = [(ni["networkCardIndex"], ni["deviceIndex"], ni["interfaceType"]) for ni in lt.inputs["networkInterfaces"]]
+    expect(lt, got == want, f"interfaces {got[:3]}... differ from the EFA layout {want[:3]}...")
+    expect(lt, len(got) == 33, "p5: 1 ENA + 32 EFA-only")
+
+
+def test_non_efa_group_has_only_the_primary_interface() -> None:
+    lt = one(run_example("p5-training"), LT, "p5-training-cpu-lt")
+    got = [(ni["networkCardIndex"], ni["deviceIndex"], ni["interfaceType"]) for ni in lt.inputs["networkInterfaces"]]
+    expect(lt, got == [(0, 0, "interface")], "non-EFA group: ENA primary only")
+
+
+def test_capacity_block_market_options_and_reservation_targeting() -> None:
+    rec = run_example("p5-training")
+    lt = one(rec, LT, "p5-training-gpu-lt")
+    expect(
+        lt,
+        lt.inputs.get("instanceMarketOptions") == {"marketType": "capacity-block"},
+        "capacity-block market",
+    )
+    target = lt.inputs.get("capacityReservationSpecification", {}).get("capacityReservationTarget", {})
+    expect(lt, target.get("capacityReservationId") == "cr-0a1b2c3d4e5f67890", "targets the spec's block")
+    expect(lt, "placement" not in lt.inputs, "no placement group on top of a capacity block")
+    assert of_type(rec, PG) == []
+    cpu = one(rec, LT, "p5-training-cpu-lt")
+    expect(
+        cpu,
+        "instanceMarketOptions" not in cpu.inputs and "capacityReservationSpecification" not in cpu.inputs,
+        "on-demand group: no market options, no reservation",
+    )
+
+
+def test_placement_group_for_on_demand_efa_group() -> None:
+    rec = run_example("hybrid")
+    pg = one(rec, PG, "hybrid-burst-pg")
+    expect(pg, pg.inputs["strategy"] == "cluster", "cluster placement strategy")
+    lt = one(rec, LT, "hybrid-burst-lt")
+    expect(lt, lt.inputs.get("placement") == {"groupName": "hybrid-burst-pg"}, "launch template uses the group")
+    expect(lt, "instanceMarketOptions" not in lt.inputs, "on-demand: no market options")
+
+
+def test_spot_group_uses_a_mixed_instances_policy() -> None:
+    data = example_data("hybrid")
+    burst = next(g for g in data["node_groups"] if g["name"] == "burst")
+    burst["cloud"]["capacity"] = {"type": "spot"}
+    rec = run_spec(data)
+    asg = one(rec, ASG, "hybrid-burst-asg")
+    mixed = asg.inputs.get("mixedInstancesPolicy", {})
+    dist = mixed.get("instancesDistribution", {})
+    expect(asg, "launchTemplate" not in asg.inputs, "spot groups take the template through the mixed policy")
+    expect(
+        asg,
+        dist.get("onDemandPercentageAboveBaseCapacity") == 0 and dist.get("onDemandBaseCapacity") == 0,
+        "0 % on-demand",
+    )
+    expect(asg, dist.get("spotAllocationStrategy") == "price-capacity-optimized", "allocation strategy")
+    template = mixed["launchTemplate"]["launchTemplateSpecification"]
+    expect(asg, template["launchTemplateId"] == "hybrid-burst-lt-id", "uses the group's launch template")
+    expect(asg, mixed["launchTemplate"]["overrides"] == [{"instanceType": "p5.48xlarge"}], "instance type")
+    lt = one(rec, LT, "hybrid-burst-lt")
+    expect(lt, "instanceMarketOptions" not in lt.inputs, "ASG rejects spot market options in the template")
+
+
+def test_reservation_group_targets_the_reservation() -> None:
+    data = example_data("hybrid")
+    burst = next(g for g in data["node_groups"] if g["name"] == "burst")
+    burst["cloud"]["capacity"] = {"type": "reservation", "reservation_id": "cr-0123456789abcdef0"}
+    lt = one(run_spec(data), LT, "hybrid-burst-lt")
+    target = lt.inputs["capacityReservationSpecification"]["capacityReservationTarget"]
+    expect(lt, target == {"capacityReservationId": "cr-0123456789abcdef0"}, "targets the reservation")
+    expect(lt, "instanceMarketOptions" not in lt.inputs, "an ODCR needs no market type")
+    expect(lt, lt.inputs["placement"] == {"groupName": "hybrid-burst-pg"}, "placement group kept")
+
+
+@pytest.mark.parametrize(
+    ("example", "group", "count"),
+    [
+        ("p5-training", "gpu", 16),
+        ("p5-training", "cpu", 4),
+        ("hybrid", "burst", 4),
+    ],
+)
+def test_group_is_one_fixed_size_auto_scaling_group(example: str, group: str, count: int) -> None:
+    rec = run_example(example)
+    asg = one(rec, ASG, f"{example}-{group}-asg")
+    i = asg.inputs
+    expect(
+        asg,
+        (i["minSize"], i["maxSize"], i["desiredCapacity"]) == (count, count, count),
+        "min = max = desired",
+    )
+    expect(
+        asg,
+        i["launchTemplate"] == {"id": f"{example}-{group}-lt-id", "version": "1"},
+        "latest template version",
+    )
+    private = "private-a" if example == "p5-training" else "private-b"
+    expect(asg, i["vpcZoneIdentifiers"] == [f"{example}-{private}-id"], "private subnet")
+    expect(asg, i["waitForCapacityTimeout"] == "0", "up does not block on capacity")
+
+
+def test_inventory_tags_on_instances_and_templates() -> None:
+    rec = run_example("p5-training")
+    lt = one(rec, LT, "p5-training-gpu-lt")
+    specs = {s["resourceType"]: s["tags"] for s in lt.inputs["tagSpecifications"]}
+    expect(lt, set(specs) == {"instance", "volume", "network-interface"}, "tags every launched resource")
+    want = {
+        "clusterforge:cluster": "p5-training",
+        "clusterforge:group": "gpu",
+        "clusterforge:role": "compute",
+    }
+    expect(lt, want.items() <= specs["instance"].items(), "instance tags the inventory filters on")
+    head = one(rec, INSTANCE, "p5-training-head-head-001")
+    expect(
+        head,
+        head.inputs["tags"]
+        == {
+            "clusterforge:cluster": "p5-training",
+            "clusterforge:group": "head",
+            "clusterforge:role": "controller",
+            "Name": "head-001",
+        },
+        "controller tags",
+    )
+
+
+def test_user_data_prepares_the_host_for_ansible() -> None:
+    rec = run_example("p5-training")
+    lt = one(rec, LT, "p5-training-gpu-lt")
+    script = base64.b64decode(lt.inputs["userData"]).decode()
+    expect(lt, script.startswith("#!/bin/bash") and "python3" in script, "installs Python for Ansible")
+    expect(lt, '{"cluster": "p5-training", "group": "gpu", "role": "compute"}' in script, "writes node.json")
+    head = one(rec, INSTANCE, "p5-training-head-head-001")
+    expect(head, '"role": "controller"' in head.inputs["userData"], "instances take plain user data")
+
+
+def test_debian_images_map_their_own_root_device() -> None:
+    data = example_data("hybrid")
+    data["os"] = "debian-12"
+    lt = one(run_spec(data), LT, "hybrid-burst-lt")
+    expect(lt, lt.inputs["blockDeviceMappings"][0]["deviceName"] == "/dev/xvda", "Debian AMI root device")
+
+
+def test_controller_on_spot_is_refused() -> None:
+    data = example_data("p5-training")
+    data["node_groups"][0]["cloud"]["capacity"] = {"type": "spot"}
+    with pytest.raises(LayoutError, match="controller and login nodes must be on_demand or reservation"):
+        run_spec(data)
+
+
+# ---------------------------------------------------------------------------------------- IAM
+
+
+def _policy(rec_role_policy: dict) -> dict:  # type: ignore[type-arg]
+    return json.loads(rec_role_policy["policy"])
+
+
+def test_topology_discovery_only_for_the_controller() -> None:
+    rec = run_example("p5-training")
+    topo = [
+        r
+        for r in of_type(rec, ROLE_POLICY)
+        if any(set(TOPOLOGY_ACTIONS) <= set(s["Action"]) for s in _policy(r.inputs)["Statement"])
+    ]
+    assert [r.name for r in topo] == ["p5-training-controller-topology"]
+    expect(topo[0], topo[0].inputs["role"] == "p5-training-controller-id", "attached to the controller role")
+    for r in of_type(rec, ROLE):
+        doc = json.loads(r.inputs["assumeRolePolicy"])
+        expect(r, doc["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}, "EC2 assumes the role")
+
+
+def test_s3_read_and_secret_read_policies() -> None:
+    rec = run_example("p5-training")
+    s3 = [r for r in of_type(rec, ROLE_POLICY) if r.name.endswith("-s3-read")]
+    assert sorted(r.name for r in s3) == ["p5-training-controller-s3-read", "p5-training-node-s3-read"]
+    for r in s3:
+        st = _policy(r.inputs)["Statement"][0]
+        expect(
+            r,
+            st["Resource"] == ["arn:aws:s3:::p5-training-datasets", "arn:aws:s3:::p5-training-datasets/*"],
+            "only the spec's bucket",
+        )
+        expect(r, not any(a.startswith("s3:Put") or a.startswith("s3:Delete") for a in st["Action"]), "read only")
+    secrets = one(rec, ROLE_POLICY, "p5-training-controller-secrets")
+    st = _policy(secrets.inputs)["Statement"][0]
+    expect(secrets, st["Action"] == ["ssm:GetParameter"], "read, not list or write")
+    expect(
+        secrets,
+        st["Resource"] == ["arn:aws:ssm:::parameter/p5-training-slurmdbd_storage_pass"],
+        "only the cluster's parameter",
+    )
+    hybrid = run_example("hybrid")
+    assert of_type(hybrid, ROLE_POLICY) == [], "no bucket, no controller: managed policies only"
+
+
+# ------------------------------------------------------------------------------------ storage
+
+
+def test_fsx_lustre_from_the_spec() -> None:
+    rec = run_example("p5-training")
+    fs = one(rec, FSX, "p5-training-fsx")
+    i = fs.inputs
+    expect(fs, (i["storageCapacity"], i["perUnitStorageThroughput"]) == (24000, 250), "capacity and throughput")
+    expect(fs, i["subnetIds"] == "p5-training-private-a-id", "in the GPU nodes' subnet")
+    expect(fs, i["securityGroupIds"] == ["p5-training-fsx-id"], "FSx group only")
+    dra = one(rec, DRA, "p5-training-fsx-s3")
+    expect(dra, dra.inputs["dataRepositoryPath"] == "s3://p5-training-datasets/corpus", "the spec's S3 path")
+    expect(dra, dra.inputs["fileSystemPath"] == "/corpus", "appears as /fsx/corpus")
+    expect(dra, dra.inputs["fileSystemId"] == "p5-training-fsx-id", "on the file system")
+
+
+def test_efs_mount_target_per_used_az_in_private_subnets() -> None:
+    rec = run_example("p5-training")
+    mts = of_type(rec, MOUNT_TARGET)
+    assert [m.inputs["subnetId"] for m in mts] == ["p5-training-private-a-id"]
+    data = example_data("p5-training")
+    data["aws"]["subnets"] += [
+        {"name": "public-b", "cidr": "10.20.1.0/24", "availability_zone": "us-east-1b", "public": True},
+        {"name": "private-b", "cidr": "10.20.32.0/20", "availability_zone": "us-east-1b"},
+    ]
+    next(g for g in data["node_groups"] if g["name"] == "cpu")["cloud"]["subnet"] = "private-b"
+    mts = of_type(run_spec(data), MOUNT_TARGET)
+    assert sorted(m.inputs["subnetId"] for m in mts) == [
+        "p5-training-private-a-id",
+        "p5-training-private-b-id",
+    ]
+    for m in mts:
+        expect(m, m.inputs["securityGroups"] == ["p5-training-efs-id"], "EFS group")
