@@ -24,6 +24,7 @@ Needs root and Debian's ``slurmctld``/``slurmd``/``slurm-client``/``munge``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import json
 import os
@@ -138,6 +139,22 @@ class CheckReport:
     def kinds(self) -> set[ProblemKind]:
         return {p.kind for p in self.problems}
 
+    @property
+    def inconclusive(self) -> bool:
+        """True when the check could not judge the config (bad input, no daemons, out of time), so
+        a CLI can exit differently for "the config is wrong" and "the check could not run"."""
+        return bool(self.kinds() & _INCONCLUSIVE)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``clusterforge check --json``)."""
+        out = dataclasses.asdict(self)
+        out["path"] = str(self.path)
+        out["ok"] = self.ok
+        out["inconclusive"] = self.inconclusive
+        return out
+
+
+_INCONCLUSIVE = frozenset({ProblemKind.MANIFEST, ProblemKind.ENVIRONMENT, ProblemKind.TIMEOUT})
 
 # error:/fatal: lines from slurmctld that say nothing about the config under test. Each entry is
 # (regex, why). Keep it short: every entry is a class of real errors the check can no longer see.
@@ -563,7 +580,7 @@ def _noise(line: str, patterns: Iterable[tuple[str, str]]) -> bool:
 _KV_START = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/]*)=")
 
 
-def parse_kv(line: str) -> dict[str, str]:
+def _parse_kv(line: str) -> dict[str, str]:
     """``Key=value Key2=value with spaces`` (scontrol -o) → dict; a value runs to the next key."""
     out: dict[str, str] = {}
     matches = list(_KV_START.finditer(line))
@@ -578,7 +595,7 @@ def _records(text: str, first_key: str) -> dict[str, dict[str, str]]:
     for line in text.splitlines():
         line = line.strip()
         if line.startswith(first_key + "="):
-            kv = parse_kv(line)
+            kv = _parse_kv(line)
             recs[kv[first_key]] = kv
     return recs
 
@@ -587,7 +604,7 @@ def _parse_gres_line(line: str) -> GresDevice | None:
     idx = line.find("Gres Name=")
     if idx < 0:
         return None
-    kv = parse_kv(line[idx + len("Gres ") :])
+    kv = _parse_kv(line[idx + len("Gres ") :])
     files: tuple[str, ...] = ()
     if kv.get("File") and kv["File"] != "(null)":
         try:

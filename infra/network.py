@@ -85,9 +85,7 @@ class Network(pulumi.ComponentResource):
             self.internet_gateway = aws.ec2.InternetGateway(
                 f"{name}-igw", vpc_id=self.vpc.id, tags=tags, opts=child_opts(self)
             )
-            public_rt = aws.ec2.RouteTable(
-                f"{name}-public", vpc_id=self.vpc.id, tags=tags, opts=child_opts(self)
-            )
+            public_rt = aws.ec2.RouteTable(f"{name}-public", vpc_id=self.vpc.id, tags=tags, opts=child_opts(self))
             aws.ec2.Route(
                 f"{name}-public-default",
                 route_table_id=public_rt.id,
@@ -123,9 +121,7 @@ class Network(pulumi.ComponentResource):
             if not s.public and s.availability_zone not in private_azs:
                 private_azs.append(s.availability_zone)
         for az in private_azs:
-            rt = aws.ec2.RouteTable(
-                f"{name}-private-{az}", vpc_id=self.vpc.id, tags=tags, opts=child_opts(self)
-            )
+            rt = aws.ec2.RouteTable(f"{name}-private-{az}", vpc_id=self.vpc.id, tags=tags, opts=child_opts(self))
             if az in self.nat_gateways:
                 aws.ec2.Route(
                     f"{name}-private-{az}-default",

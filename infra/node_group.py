@@ -73,9 +73,7 @@ class NodeGroupArgs:
             placement_group=cloud.placement_group,
             capacity_type=cloud.capacity.type,
             reservation_id=cloud.capacity.reservation_id,
-            user_data_b64=user_data_base64(
-                cluster=cluster.name, group=group.name, role=group.role, os=cluster.os
-            ),
+            user_data_b64=user_data_base64(cluster=cluster.name, group=group.name, role=group.role, os=cluster.os),
         )
 
 
@@ -199,9 +197,7 @@ class ComputeGroup(pulumi.ComponentResource):
                 ),
             )
         else:
-            launch_template = aws.autoscaling.GroupLaunchTemplateArgs(
-                id=self.launch_template.id, version=lt_version
-            )
+            launch_template = aws.autoscaling.GroupLaunchTemplateArgs(id=self.launch_template.id, version=lt_version)
 
         self.auto_scaling_group = aws.autoscaling.Group(
             f"{name}-asg",
@@ -218,8 +214,7 @@ class ComputeGroup(pulumi.ComponentResource):
             # start hours later and large groups fill gradually; the Ansible stage waits instead.
             wait_for_capacity_timeout="0",
             tags=[
-                aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=False)
-                for k, v in sorted(tags.items())
+                aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=False) for k, v in sorted(tags.items())
             ],
             opts=child_opts(self),
         )

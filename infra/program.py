@@ -61,9 +61,7 @@ class AwsCluster(pulumi.ComponentResource):
             )
 
         network = Network(name, NetworkArgs.from_cluster(cluster), opts=child_opts(self))
-        security = Security(
-            name, SecurityArgs.from_cluster(cluster), vpc_id=network.vpc.id, opts=child_opts(self)
-        )
+        security = Security(name, SecurityArgs.from_cluster(cluster), vpc_id=network.vpc.id, opts=child_opts(self))
 
         secret_names = required_secrets(cluster)
         cluster_secrets = None
@@ -74,9 +72,7 @@ class AwsCluster(pulumi.ComponentResource):
         iam = Iam(
             name,
             IamArgs.from_cluster(cluster),
-            secret_parameter_arns=[p.arn for p in cluster_secrets.parameters.values()]
-            if cluster_secrets
-            else [],
+            secret_parameter_arns=[p.arn for p in cluster_secrets.parameters.values()] if cluster_secrets else [],
             opts=child_opts(self),
         )
         storage = Storage(
@@ -95,9 +91,7 @@ class AwsCluster(pulumi.ComponentResource):
             if group.cloud is None:
                 if group.role == "controller" and controller_address is None:
                     assert group.onprem is not None
-                    addrs = (
-                        hostlist.expand(group.onprem.addresses) if group.onprem.addresses else group.hostnames
-                    )
+                    addrs = hostlist.expand(group.onprem.addresses) if group.onprem.addresses else group.hostnames
                     controller_address = addrs[0]
                 continue
             subnet_id = network.subnets[layout.subnet_for(cluster, group).name].id

@@ -52,9 +52,7 @@ class StorageArgs:
     def from_cluster(cls, cluster: Cluster) -> StorageArgs:
         fsx_subnet = layout.storage_subnet(cluster).name if cluster.aws else ""
         mt_subnets = (
-            tuple(s.name for s in layout.one_subnet_per_az(layout.used_subnets(cluster)))
-            if cluster.aws
-            else ()
+            tuple(s.name for s in layout.one_subnet_per_az(layout.used_subnets(cluster))) if cluster.aws else ()
         )
         return cls(
             cluster=cluster.name,
@@ -64,9 +62,7 @@ class StorageArgs:
                 if isinstance(s, FsxLustre)
             ),
             efs=tuple(
-                EfsArgs(s.name, s.mount, s.throughput_mode, mt_subnets)
-                for s in cluster.storage
-                if isinstance(s, Efs)
+                EfsArgs(s.name, s.mount, s.throughput_mode, mt_subnets) for s in cluster.storage if isinstance(s, Efs)
             ),
         )
 

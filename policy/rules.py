@@ -163,9 +163,7 @@ def _encryption(args: ResourceValidationArgs, report: ReportViolation) -> None:
         for m in mappings:
             ebs = _get(m, "ebs")
             if ebs is not None and not _truthy(_get(ebs, "encrypted")):
-                report(
-                    f"launch template volume {_get(m, 'deviceName')!r} must set ebs.encrypted: 'true'", None
-                )
+                report(f"launch template volume {_get(m, 'deviceName')!r} must set ebs.encrypted: 'true'", None)
     elif t == SSM_PARAMETER:
         name = _get(p, "name")
         if isinstance(name, str) and name.startswith("/clusterforge/") and _get(p, "type") != "SecureString":
@@ -182,9 +180,7 @@ def _imdsv2(args: ResourceValidationArgs, report: ReportViolation) -> None:
     if _get(md, "httpEndpoint") == "disabled":
         return
     if _get(md, "httpTokens") != "required":
-        report(
-            "instance metadata must require IMDSv2 session tokens: metadataOptions.httpTokens: required", None
-        )
+        report("instance metadata must require IMDSv2 session tokens: metadataOptions.httpTokens: required", None)
 
 
 # --------------------------------------------------------------------------- SSH exposure
@@ -277,11 +273,7 @@ def _tags_missing(tags: Any, keys: Sequence[str]) -> list[str]:
 def _required_tags(args: ResourceValidationArgs, report: ReportViolation) -> None:
     t, p = args.resource_type, args.props
     if t == ASG:
-        asg_tags = {
-            _get(tag, "key"): _get(tag, "value")
-            for tag in _items(_get(p, "tags"))
-            if isinstance(tag, Mapping)
-        }
+        asg_tags = {_get(tag, "key"): _get(tag, "value") for tag in _items(_get(p, "tags")) if isinstance(tag, Mapping)}
         missing = _tags_missing(asg_tags, REQUIRED_TAGS)
     elif t in TAGGABLE:
         missing = _tags_missing(_get(p, "tags"), INSTANCE_TAGS if t == INSTANCE else REQUIRED_TAGS)

@@ -77,6 +77,36 @@ def run_spec(data: dict[str, Any], *, preview: bool = False) -> Recording:
     return run_program(spec(data), preview=preview)
 
 
+def _p5_two_az_no_ssh() -> dict[str, Any]:
+    """p5-training spread over two AZs (the CPU group in us-east-1b) with SSH closed."""
+    data = example_data("p5-training")
+    data["aws"]["login_allowed_cidrs"] = []
+    data["aws"]["subnets"] += [
+        {"name": "public-b", "cidr": "10.20.1.0/24", "availability_zone": "us-east-1b", "public": True},
+        {"name": "private-b", "cidr": "10.20.32.0/20", "availability_zone": "us-east-1b"},
+    ]
+    next(g for g in data["node_groups"] if g["name"] == "cpu")["cloud"]["subnet"] = "private-b"
+    return data
+
+
+def _hybrid_debian_reservation() -> dict[str, Any]:
+    """hybrid on Debian 12 with the burst group in an on-demand capacity reservation."""
+    data = example_data("hybrid")
+    data["os"] = "debian-12"
+    burst = next(g for g in data["node_groups"] if g["name"] == "burst")
+    burst["cloud"]["capacity"] = {"type": "reservation", "reservation_id": "cr-0123456789abcdef0"}
+    return data
+
+
+VARIANTS = {"p5-two-az-no-ssh": _p5_two_az_no_ssh, "hybrid-debian-reservation": _hybrid_debian_reservation}
+
+
+@functools.cache
+def run_variant(name: str) -> Recording:
+    """A named variant of an example, run once per session (several tests read it)."""
+    return run_spec(VARIANTS[name]())
+
+
 @contextmanager
 def mocks_runtime() -> Iterator[RecordingMonitor]:
     """A fresh mock runtime for one test that builds components itself (with
@@ -108,9 +138,7 @@ def one(rec: Recording, type_: str, name: str | None = None) -> RecordedResource
     found = [r for r in of_type(rec, type_) if name is None or r.name == name]
     if len(found) != 1:
         urns = "\n  ".join(r.urn for r in of_type(rec, type_)) or "(none)"
-        raise AssertionError(
-            f"expected one {type_} named {name!r}, found {len(found)}; registered:\n  {urns}"
-        )
+        raise AssertionError(f"expected one {type_} named {name!r}, found {len(found)}; registered:\n  {urns}")
     return found[0]
 
 

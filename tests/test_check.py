@@ -100,7 +100,7 @@ def leftovers(workdirs: list[str]) -> list[str]:
 
 
 def test_parse_kv_keeps_values_with_spaces_and_equals() -> None:
-    kv = check.parse_kv("NodeName=gpu-001 CfgTRES=cpu=224,mem=2040000M OS=Linux 6.1.0 #1 SMP Reason=x [root@1]")
+    kv = check._parse_kv("NodeName=gpu-001 CfgTRES=cpu=224,mem=2040000M OS=Linux 6.1.0 #1 SMP Reason=x [root@1]")
     assert kv["NodeName"] == "gpu-001"
     assert kv["CfgTRES"] == "cpu=224,mem=2040000M"
     assert kv["OS"] == "Linux 6.1.0 #1 SMP"
@@ -152,7 +152,7 @@ def test_controllers_with_and_without_address() -> None:
 def test_missing_manifest_is_a_manifest_problem(tmp_path: Path) -> None:
     report = check_dir(tmp_path)
     assert report.kinds() == {ProblemKind.MANIFEST}
-    assert not report.ok
+    assert not report.ok and report.inconclusive
 
 
 def test_expect_with_a_bad_hostlist_is_a_manifest_problem(tmp_path: Path) -> None:
@@ -172,6 +172,9 @@ def test_format_report_lists_problems_and_overrides() -> None:
     assert "FAILED (1 problem)" in text
     assert "[gres_dropped] node gpu-001: Gres=(null) | second line" in text
     assert "StateSaveLocation: /var/x -> <tmp>/state" in text
+    data = json.loads(json.dumps(report.to_dict()))
+    assert data["ok"] is False and data["inconclusive"] is False
+    assert data["problems"][0]["kind"] == "gres_dropped"
 
 
 def test_noise_allow_lists_are_documented() -> None:
@@ -187,6 +190,7 @@ def test_noise_allow_lists_are_documented() -> None:
 def test_good_fixture_passes_and_cleans_up(tmp_path: Path, workdirs: list[str]) -> None:
     report = run_check(tmp_path)
     assert report.ok, format_report(report)
+    json.dumps(report.to_dict())
     assert set(report.nodes) == {"gpu-001", "gpu-002", "gpu-003", "gpu-004", "cpu-01", "cpu-02"}
     assert report.nodes["gpu-001"]["Gres"].startswith("gpu:h100:8")
     assert report.partitions["gpu"]["Default"] == "YES"

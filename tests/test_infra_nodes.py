@@ -30,6 +30,7 @@ from tests.pulumi_helpers import (
     one,
     run_example,
     run_spec,
+    run_variant,
 )
 
 EXAMPLES = ("p5-training", "hybrid")
@@ -171,10 +172,7 @@ def test_spot_group_uses_a_mixed_instances_policy() -> None:
 
 
 def test_reservation_group_targets_the_reservation() -> None:
-    data = example_data("hybrid")
-    burst = next(g for g in data["node_groups"] if g["name"] == "burst")
-    burst["cloud"]["capacity"] = {"type": "reservation", "reservation_id": "cr-0123456789abcdef0"}
-    lt = one(run_spec(data), LT, "hybrid-burst-lt")
+    lt = one(run_variant("hybrid-debian-reservation"), LT, "hybrid-burst-lt")
     target = lt.inputs["capacityReservationSpecification"]["capacityReservationTarget"]
     expect(lt, target == {"capacityReservationId": "cr-0123456789abcdef0"}, "targets the reservation")
     expect(lt, "instanceMarketOptions" not in lt.inputs, "an ODCR needs no market type")
@@ -244,9 +242,7 @@ def test_user_data_prepares_the_host_for_ansible() -> None:
 
 
 def test_debian_images_map_their_own_root_device() -> None:
-    data = example_data("hybrid")
-    data["os"] = "debian-12"
-    lt = one(run_spec(data), LT, "hybrid-burst-lt")
+    lt = one(run_variant("hybrid-debian-reservation"), LT, "hybrid-burst-lt")
     expect(lt, lt.inputs["blockDeviceMappings"][0]["deviceName"] == "/dev/xvda", "Debian AMI root device")
 
 
@@ -322,13 +318,7 @@ def test_efs_mount_target_per_used_az_in_private_subnets() -> None:
     rec = run_example("p5-training")
     mts = of_type(rec, MOUNT_TARGET)
     assert [m.inputs["subnetId"] for m in mts] == ["p5-training-private-a-id"]
-    data = example_data("p5-training")
-    data["aws"]["subnets"] += [
-        {"name": "public-b", "cidr": "10.20.1.0/24", "availability_zone": "us-east-1b", "public": True},
-        {"name": "private-b", "cidr": "10.20.32.0/20", "availability_zone": "us-east-1b"},
-    ]
-    next(g for g in data["node_groups"] if g["name"] == "cpu")["cloud"]["subnet"] = "private-b"
-    mts = of_type(run_spec(data), MOUNT_TARGET)
+    mts = of_type(run_variant("p5-two-az-no-ssh"), MOUNT_TARGET)  # CPU group in us-east-1b
     assert sorted(m.inputs["subnetId"] for m in mts) == [
         "p5-training-private-a-id",
         "p5-training-private-b-id",

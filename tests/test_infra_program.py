@@ -125,14 +125,10 @@ def test_every_resource_hangs_below_a_component(example: str) -> None:
             )
             continue
         parent = by_urn.get(r.parent_urn or "")
-        expect(
-            r, parent is not None and parent.type in COMPONENTS, f"parent {r.parent_urn} is not a component"
-        )
+        expect(r, parent is not None and parent.type in COMPONENTS, f"parent {r.parent_urn} is not a component")
         if r.type in COMPONENTS:
             assert parent is not None
-            expect(
-                r, parent.type == "clusterforge:aws:Cluster", "components hang below the Cluster component"
-            )
+            expect(r, parent.type == "clusterforge:aws:Cluster", "components hang below the Cluster component")
 
 
 @pytest.mark.parametrize("example", sorted(EXPECTED_COUNTS))
@@ -178,9 +174,7 @@ def test_outputs_p5_training() -> None:
             "mount_name": None,
         },
     }
-    assert o[out.SECRET_PARAMETERS] == {
-        "slurmdbd_storage_pass": "/clusterforge/p5-training/slurmdbd_storage_pass"
-    }
+    assert o[out.SECRET_PARAMETERS] == {"slurmdbd_storage_pass": "/clusterforge/p5-training/slurmdbd_storage_pass"}
 
 
 def test_outputs_hybrid_controller_is_on_prem() -> None:
@@ -203,9 +197,7 @@ def test_efa_on_a_type_without_efa_names_the_fix() -> None:
 def test_unknown_subnet_is_a_layout_error() -> None:
     data = example_data("p5-training")
     data["node_groups"][2]["cloud"]["subnet"] = "private-z"
-    with pytest.raises(
-        LayoutError, match=r"subnet 'private-z' is not in aws.subnets \(public-a, private-a\)"
-    ):
+    with pytest.raises(LayoutError, match=r"subnet 'private-z' is not in aws.subnets \(public-a, private-a\)"):
         run_spec(data)
 
 
@@ -218,9 +210,7 @@ def test_missing_secret_names_the_config_key() -> None:
         def build() -> None:
             deploy(cluster, secrets={})
 
-        with pytest.raises(
-            ValueError, match=r"pulumi config set --secret clusterforge:slurmdbd_storage_pass"
-        ):
+        with pytest.raises(ValueError, match=r"pulumi config set --secret clusterforge:slurmdbd_storage_pass"):
             build()
 
 

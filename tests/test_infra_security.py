@@ -18,7 +18,7 @@ from tests.pulumi_helpers import (
     of_type,
     one,
     run_example,
-    run_spec,
+    run_variant,
     spec,
 )
 
@@ -38,9 +38,7 @@ def test_efa_group_allows_all_traffic_to_and_from_itself() -> None:
         one(rec, SG, f"{example}-efa")
         for kind in (INGRESS, EGRESS):
             rules = rules_of(rec, kind, efa)
-            assert len(rules) == 1, (
-                f"{example}: EFA group needs exactly one {kind}, got {[r.urn for r in rules]}"
-            )
+            assert len(rules) == 1, f"{example}: EFA group needs exactly one {kind}, got {[r.urn for r in rules]}"
             rule = rules[0]
             expect(rule, rule.inputs.get("ipProtocol") == "-1", "EFA rule must cover all protocols (-1)")
             expect(
@@ -48,9 +46,7 @@ def test_efa_group_allows_all_traffic_to_and_from_itself() -> None:
                 rule.inputs.get("referencedSecurityGroupId") == efa,
                 "EFA rule must reference its own group",
             )
-            expect(
-                rule, "fromPort" not in rule.inputs and "toPort" not in rule.inputs, "all traffic: no ports"
-            )
+            expect(rule, "fromPort" not in rule.inputs and "toPort" not in rule.inputs, "all traffic: no ports")
             expect(rule, "cidrIpv4" not in rule.inputs, "EFA rule must not be CIDR-based")
 
 
@@ -73,31 +69,19 @@ def test_login_ssh_only_from_allowed_cidrs() -> None:
 
 
 def test_no_ssh_group_and_no_public_ip_without_allowed_cidrs() -> None:
-    data = example_data("p5-training")
-    data["aws"]["login_allowed_cidrs"] = []
-    rec = run_spec(data)
-    assert [r.name for r in of_type(rec, SG)] and not [
-        r for r in of_type(rec, SG) if r.name.endswith("-login")
-    ]
-    assert not [r for r in of_type(rec, INGRESS) if "cidrIpv4" in r.inputs], (
-        "no CIDR ingress at all (use SSM)"
-    )
+    rec = run_variant("p5-two-az-no-ssh")  # login_allowed_cidrs: []
+    assert [r.name for r in of_type(rec, SG)] and not [r for r in of_type(rec, SG) if r.name.endswith("-login")]
+    assert not [r for r in of_type(rec, INGRESS) if "cidrIpv4" in r.inputs], "no CIDR ingress at all (use SSM)"
     login = one(rec, INSTANCE, "p5-training-login-login-001")
-    expect(
-        login, login.inputs["associatePublicIpAddress"] is False, "unreachable login node needs no public IP"
-    )
-    expect(
-        login, login.inputs["vpcSecurityGroupIds"] == [sg_id("p5-training", "cluster")], "cluster group only"
-    )
+    expect(login, login.inputs["associatePublicIpAddress"] is False, "unreachable login node needs no public IP")
+    expect(login, login.inputs["vpcSecurityGroupIds"] == [sg_id("p5-training", "cluster")], "cluster group only")
 
 
 def test_cluster_group_self_ingress_and_egress_via_nat() -> None:
     rec = run_example("p5-training")
     cluster = sg_id("p5-training", "cluster")
     ingress = rules_of(rec, INGRESS, cluster)
-    assert [(r.inputs["ipProtocol"], r.inputs.get("referencedSecurityGroupId")) for r in ingress] == [
-        ("-1", cluster)
-    ]
+    assert [(r.inputs["ipProtocol"], r.inputs.get("referencedSecurityGroupId")) for r in ingress] == [("-1", cluster)]
     egress = rules_of(rec, EGRESS, cluster)
     assert [(r.inputs["ipProtocol"], r.inputs.get("cidrIpv4")) for r in egress] == [("-1", "0.0.0.0/0")]
 
@@ -146,9 +130,7 @@ def test_groups_attached_to_each_kind_of_node() -> None:
     for ni in gpu.inputs["networkInterfaces"]:
         expect(gpu, ni["securityGroups"] == [cluster, efa], f"EFA interface {ni} needs the EFA group")
     cpu = one(rec, LT, "p5-training-cpu-lt")
-    expect(
-        cpu, [ni["securityGroups"] for ni in cpu.inputs["networkInterfaces"]] == [[cluster]], "no EFA group"
-    )
+    expect(cpu, [ni["securityGroups"] for ni in cpu.inputs["networkInterfaces"]] == [[cluster]], "no EFA group")
     head = one(rec, INSTANCE, "p5-training-head-head-001")
     expect(head, head.inputs["vpcSecurityGroupIds"] == [cluster], "controller: cluster group only")
     login_node = one(rec, INSTANCE, "p5-training-login-login-001")

@@ -24,9 +24,7 @@ TAGS = {"clusterforge:cluster": "c"}
 NODE_TAGS = {"clusterforge:cluster": "c", "clusterforge:group": "gpu", "clusterforge:role": "compute"}
 
 
-def violations(
-    policy: ResourceValidationPolicy, type_: str, props: dict[str, Any], name: str = "r"
-) -> list[str]:
+def violations(policy: ResourceValidationPolicy, type_: str, props: dict[str, Any], name: str = "r") -> list[str]:
     """Run one rule the way the engine does (inputs behind the unknown-checking proxy)."""
     found: list[str] = []
     args = ResourceValidationArgs(
@@ -213,9 +211,7 @@ def test_efa_template_in_placement_group_or_capacity_block() -> None:
 def test_no_public_ip_on_compute() -> None:
     p = rules.NO_PUBLIC_IP_ON_COMPUTE
     assert violations(p, rules.LAUNCH_TEMPLATE, lt()) == []
-    public = lt(
-        networkInterfaces=[{"networkCardIndex": 0, "deviceIndex": 0, "associatePublicIpAddress": "true"}]
-    )
+    public = lt(networkInterfaces=[{"networkCardIndex": 0, "deviceIndex": 0, "associatePublicIpAddress": "true"}])
     assert "(card 0, device 0) asks for a public IP" in violations(p, rules.LAUNCH_TEMPLATE, public)[0]
 
 
@@ -230,15 +226,11 @@ def test_required_tags() -> None:
         "missing tag(s) clusterforge:cluster"
     ]
     assert violations(p, rules.INSTANCE, {"tags": NODE_TAGS}) == []
-    assert violations(p, rules.INSTANCE, {"tags": TAGS}) == [
-        "missing tag(s) clusterforge:group, clusterforge:role"
-    ]
+    assert violations(p, rules.INSTANCE, {"tags": TAGS}) == ["missing tag(s) clusterforge:group, clusterforge:role"]
     assert violations(p, rules.ASG, {"tags": [{"key": "clusterforge:cluster", "value": "c"}]}) == []
     assert violations(p, rules.ASG, {"tags": []}) == ["missing tag(s) clusterforge:cluster"]
     assert violations(p, rules.LAUNCH_TEMPLATE, lt()) == []
-    untagged = violations(
-        p, rules.LAUNCH_TEMPLATE, lt(tagSpecifications=[{"resourceType": "volume", "tags": TAGS}])
-    )
+    untagged = violations(p, rules.LAUNCH_TEMPLATE, lt(tagSpecifications=[{"resourceType": "volume", "tags": TAGS}]))
     assert len(untagged) == 1 and "must tag its instances" in untagged[0]
     assert violations(p, "aws:iam/rolePolicy:RolePolicy", {}) == [], "untaggable types are not checked"
 

@@ -19,10 +19,7 @@ def user_data(*, cluster: str, group: str, role: str, os: OsName) -> str:
     """A cloud-init shell script (idempotent: it runs on every first boot of a new instance)."""
     marker = json.dumps({"cluster": cluster, "group": group, "role": role}, sort_keys=True)
     # The Deep Learning AMIs are Ubuntu; Debian images carry the same package names.
-    ssm_agent = (
-        "snap start amazon-ssm-agent 2>/dev/null"
-        " || systemctl enable --now amazon-ssm-agent 2>/dev/null || true"
-    )
+    ssm_agent = "snap start amazon-ssm-agent 2>/dev/null || systemctl enable --now amazon-ssm-agent 2>/dev/null || true"
     return "\n".join(
         [
             "#!/bin/bash",

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clusterforge.aws import layout
 from clusterforge.plan.cost import estimate_cost
 from clusterforge.plan.model import Plan, PlanError, PlannedFile, PlannedResource
 from clusterforge.spec.models import Cluster
+
+if TYPE_CHECKING:
+    from clusterforge.plan.mocks import Recording
 
 #: Inputs shown as a digest: large, opaque, and what matters in a diff is whether they changed.
 DIGESTED = ("userData", "userDataBase64")
@@ -48,11 +51,24 @@ def build_plan(
         from clusterforge.plan.mocks import run_program
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise PlanError(
-            f"clusterforge plan needs the Pulumi SDK ({exc.name} is missing): "
-            "pip install 'clusterforge[cloud]'"
+            f"clusterforge plan needs the Pulumi SDK ({exc.name} is missing): pip install 'clusterforge[cloud]'"
         ) from None
     stack = stack or cluster.name
     recording = run_program(cluster, preview=True, stack=stack)
+    return plan_from_recording(cluster, recording, spec_path=spec_path, stack=stack, facts_dir=facts_dir, render=render)
+
+
+def plan_from_recording(
+    cluster: Cluster,
+    recording: Recording,
+    *,
+    spec_path: str | Path,
+    stack: str,
+    facts_dir: Path | None = None,
+    render: bool = True,
+) -> Plan:
+    """Assemble a plan from a preview-mode recording of the program (``run_program(..., preview=True)``)."""
+    assert cluster.aws is not None
     keys = {r.urn: r.key for r in recording.resources}
     resources = tuple(
         sorted(

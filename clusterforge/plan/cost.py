@@ -46,9 +46,7 @@ def estimate_cost(cluster: Cluster, prices: PriceTable | None = None) -> CostEst
         lines.append(CostLine(item, cloud.count, "instance", unit, unit * cloud.count, basis, price.estimate))
     if root_gib:
         lines.append(
-            CostLine(
-                "EBS gp3 root volumes", root_gib, "GiB", gp3_hour, gp3_hour * root_gib, "per GiB-month / 730"
-            )
+            CostLine("EBS gp3 root volumes", root_gib, "GiB", gp3_hour, gp3_hour * root_gib, "per GiB-month / 730")
         )
     if cluster.aws is not None:
         nats = len(layout.nat_subnets(cluster.aws))
@@ -69,8 +67,7 @@ def estimate_cost(cluster: Cluster, prices: PriceTable | None = None) -> CostEst
             unit = table.per_hour(month)
             lines.append(
                 CostLine(
-                    f"FSx for Lustre {s.name}: {s.capacity_gib} GiB PERSISTENT_2 "
-                    f"{s.throughput_per_tib} MB/s/TiB",
+                    f"FSx for Lustre {s.name}: {s.capacity_gib} GiB PERSISTENT_2 {s.throughput_per_tib} MB/s/TiB",
                     s.capacity_gib,
                     "GiB",
                     unit,
@@ -87,8 +84,7 @@ def estimate_cost(cluster: Cluster, prices: PriceTable | None = None) -> CostEst
                     "GiB",
                     unit,
                     0.0,
-                    f"${table.efs_standard_gib_month}/GiB-month stored; "
-                    "size unknown at plan time, not in total",
+                    f"${table.efs_standard_gib_month}/GiB-month stored; size unknown at plan time, not in total",
                 )
             )
     return CostEstimate(

@@ -126,7 +126,7 @@ class Recording:
         return {r.urn: r for r in self.resources}
 
 
-class RecordingMocks(pulumi.runtime.Mocks):
+class RecordingMocks(pulumi.runtime.Mocks):  # type: ignore[misc]  # pulumi is not followed by mypy
     """Table-driven mocks (see :data:`COMPUTED`)."""
 
     def __init__(self, *, preview: bool) -> None:
@@ -149,7 +149,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
         raise NotImplementedError(f"unexpected provider call {args.token} under mocks")
 
 
-class RecordingMonitor(pulumi_mocks.MockMonitor):
+class RecordingMonitor(pulumi_mocks.MockMonitor):  # type: ignore[misc]  # pulumi is not followed by mypy
     """A mock monitor that also records each registration's parent (``MockResourceArgs`` lacks it)."""
 
     def __init__(self, mocks: RecordingMocks) -> None:
@@ -158,7 +158,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         self._mocks = mocks
 
     def RegisterResource(self, request: Any) -> Any:
-        response = super().RegisterResource(request)  # type: ignore[no-untyped-call]  # SDK lacks hints
+        response = super().RegisterResource(request)
         if request.type != "pulumi:pulumi:Stack":
             inputs = self._mocks.inputs.get((request.type, request.name), {})
             self.recorded.append(

@@ -42,8 +42,7 @@ def to_dict(plan: Plan) -> dict[str, Any]:
             "counts": plan.counts,
             "outputs": plan.outputs,
             "files": {
-                f.name: {"node_path": f.node_path, "sha256": f.sha256, "groups": list(f.groups)}
-                for f in plan.files
+                f.name: {"node_path": f.node_path, "sha256": f.sha256, "groups": list(f.groups)} for f in plan.files
             },
             "cost": {
                 "currency": cost.currency,
@@ -148,17 +147,14 @@ SUMMARY: dict[str, Callable[[dict[str, Any]], str]] = {
         f"encrypted={_get(p, 'rootBlockDevice', 'encrypted')}"
     ),
     "aws:fsx/lustreFileSystem:LustreFileSystem": lambda p: (
-        f"{p.get('deploymentType')} {p.get('storageCapacity')} GiB "
-        f"{p.get('perUnitStorageThroughput')} MB/s/TiB"
+        f"{p.get('deploymentType')} {p.get('storageCapacity')} GiB {p.get('perUnitStorageThroughput')} MB/s/TiB"
     ),
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": lambda p: (
         f"{p.get('dataRepositoryPath')} -> {p.get('fileSystemPath')}"
     ),
     "aws:efs/fileSystem:FileSystem": lambda p: f"encrypted={p.get('encrypted')} {p.get('throughputMode')}",
     "aws:ssm/parameter:Parameter": lambda p: f"{p.get('name')} ({p.get('type')})",
-    "aws:iam/rolePolicyAttachment:RolePolicyAttachment": lambda p: str(p.get("policyArn", "")).rsplit("/", 1)[
-        -1
-    ],
+    "aws:iam/rolePolicyAttachment:RolePolicyAttachment": lambda p: str(p.get("policyArn", "")).rsplit("/", 1)[-1],
     "pulumi:providers:aws": lambda p: f"region={p.get('region')}",
 }
 
