@@ -123,7 +123,7 @@ def render_cmd(
 @app.command("check")
 def check_cmd(
     rendered: Annotated[Path, typer.Argument(help="a folder written by `clusterforge render`")],
-    timeout: Annotated[float, typer.Option(help="seconds to wait for each daemon")] = 30.0,
+    timeout: Annotated[float, typer.Option(help="seconds the whole check may wait (all daemons together)")] = 30.0,
 ) -> None:
     """Load a render into the real slurmctld/slurmd (needs Slurm, munge and root) and compare."""
     from clusterforge.check import check_dir, format_report
