@@ -155,6 +155,106 @@ def plan_cmd(
     sys.stdout.write(to_json(plan) if as_json else format_text(plan))
 
 
+@app.command("inventory")
+def inventory_cmd(
+    spec: SpecArg,
+    stack_outputs: Annotated[
+        Path | None, typer.Option(help="`pulumi stack output --json` of the AWS stack (cloud node groups)")
+    ] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="default inventories/generated/<cluster>")] = None,
+    manifest_dir: Annotated[
+        Path | None, typer.Option(help="an existing render to point at (default: render next to the inventory)")
+    ] = None,
+) -> None:
+    """Write the Ansible inventory (hosts, groups, contract variables) for the spec and render it."""
+    from clusterforge.inventory import generate_inventory
+
+    res = generate_inventory(spec, stack_outputs=stack_outputs, out_dir=out_dir, manifest_dir=manifest_dir)
+    out.print(f"inventory: {res.out_dir} ({len(res.written)} files)", markup=False)
+    out.print(f"rendered configs: {res.manifest_dir}", markup=False)
+
+
+@app.command("configure")
+def configure_cmd(
+    spec: SpecArg,
+    check: Annotated[bool, typer.Option("--check", help="Ansible check mode: change nothing")] = False,
+    diff: Annotated[bool, typer.Option("--diff", help="show what each changed file would become")] = False,
+    limit: Annotated[str | None, typer.Option(help="only these hosts (an Ansible pattern)")] = None,
+    tags: Annotated[str | None, typer.Option(help="only these role tags, e.g. slurm,nccl")] = None,
+    playbook: Annotated[str, typer.Option(help="site.yml, validate.yml or discover.yml")] = "site.yml",
+    stack_outputs: Annotated[Path | None, typer.Option(help="Pulumi stack outputs JSON (AWS)")] = None,
+    inventory_dir: Annotated[Path | None, typer.Option(help="default inventories/generated/<cluster>")] = None,
+    vault_password_file: Annotated[
+        Path | None, typer.Option(help="Ansible Vault password file for group_vars/all/vault.yml")
+    ] = None,
+) -> None:
+    """Render, write the inventory and run the playbook through ansible-runner, with progress."""
+    from clusterforge.configure import TextProgress, configure
+
+    res = configure(
+        spec,
+        check=check,
+        diff=diff,
+        limit=limit,
+        tags=tags,
+        playbook=playbook,
+        stack_outputs=stack_outputs,
+        inventory_dir=inventory_dir,
+        vault_password_file=vault_password_file,
+        progress=TextProgress(lambda line: out.print(line, markup=False)),
+    )
+    for f in res.failures:
+        err.print(f"failed: {f}", markup=False)
+    raise typer.Exit(0 if res.ok else 1)
+
+
+@app.command("diff")
+def diff_cmd(
+    specs: Annotated[
+        list[Path] | None, typer.Argument(help="specs to compare (default: every spec the change touches)")
+    ] = None,
+    base: Annotated[str | None, typer.Option(help="git ref of the old side (default: merge-base with main)")] = None,
+    head: Annotated[str | None, typer.Option(help="git ref of the new side (default: the working tree)")] = None,
+    base_spec: Annotated[Path | None, typer.Option(help="compare this spec file ... (with --head-spec)")] = None,
+    head_spec: Annotated[Path | None, typer.Option(help="... against this one, without git")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="terminal, markdown (a PR comment) or json")] = "terminal",
+    output: Annotated[Path | None, typer.Option(help="write the report to this file instead of stdout")] = None,
+    json_output: Annotated[Path | None, typer.Option(help="also write the JSON report to this file")] = None,
+    plan: Annotated[bool, typer.Option(help="plan AWS resources with Pulumi's mock engine (--no-plan skips)")] = True,
+    max_chars: Annotated[int, typer.Option(help="size cap of the markdown form")] = 60_000,
+) -> None:
+    """What a change does: AWS resources, rendered configs, hourly cost, impact on a running cluster.
+
+    Exit codes: 0 no change, 1 changes, 2 error (bad ref, bad spec, bad option).
+    """
+    from clusterforge.diff import diff_refs, diff_spec_files, print_terminal, to_json, to_markdown
+
+    if fmt not in ("terminal", "markdown", "json"):
+        raise ClusterforgeError(f"--format {fmt!r}: use terminal, markdown or json")
+    if (base_spec is None) != (head_spec is None):
+        raise ClusterforgeError("--base-spec and --head-spec go together: pass both spec files")
+    if base_spec is not None and head_spec is not None:
+        if specs or base or head:
+            raise ClusterforgeError("--base-spec/--head-spec compare two files; drop SPEC, --base and --head")
+        report = diff_spec_files(base_spec, head_spec, plan=plan)
+    else:
+        report = diff_refs(Path.cwd(), base=base, head=head, specs=[str(s) for s in specs or []], plan=plan)
+    if json_output is not None:
+        json_output.write_text(to_json(report), encoding="utf-8")
+    if fmt == "terminal":
+        console = Console(highlight=False, soft_wrap=True, file=output.open("w", encoding="utf-8") if output else None)
+        print_terminal(report, console)
+        if output:
+            console.file.close()
+    else:
+        text = to_json(report) if fmt == "json" else to_markdown(report, max_chars=max_chars)
+        if output:
+            output.write_text(text, encoding="utf-8")
+        else:
+            sys.stdout.write(text)
+    raise typer.Exit(report.exit_code)
+
+
 @app.command("schema")
 def schema_cmd() -> None:
     """Print the spec's JSON Schema (the checked-in copy is schema/cluster.schema.json)."""

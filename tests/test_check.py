@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -81,8 +82,16 @@ def workdirs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return made
 
 
-def leftovers(workdirs: list[str]) -> list[str]:
-    """Folders and processes of these checks that outlived them."""
+def leftovers(workdirs: list[str], settle_s: float = 10.0) -> list[str]:
+    """Folders and processes of these checks that outlived them. A process SIGKILLed a moment ago
+    can stay in /proc a little while on a loaded machine: look again for up to ``settle_s``."""
+    end = time.monotonic() + settle_s
+    while (found := _leftovers_now(workdirs)) and time.monotonic() < end:
+        time.sleep(0.2)
+    return found
+
+
+def _leftovers_now(workdirs: list[str]) -> list[str]:
     found = [d for d in workdirs if os.path.exists(d)]
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():

