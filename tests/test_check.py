@@ -356,8 +356,22 @@ def test_accounting_and_controller_without_address(tmp_path: Path) -> None:
 
 @pytest.mark.slurm
 @slurm
-def test_timeout_is_reported_and_everything_stopped(tmp_path: Path, workdirs: list[str]) -> None:
-    report = run_check(tmp_path, timeout_s=0.05)
+def test_timeout_is_reported_and_everything_stopped(
+    tmp_path: Path, workdirs: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slurmctld that never becomes ready (a stand-in that answers -V, then loops in a shell whose
+    argv keeps the check's paths, so a survivor would show in leftovers()) must end in a
+    TIMEOUT problem with every process and folder gone. (A tiny timeout alone is not enough: on a
+    loaded machine the real daemon can be ready before the check first looks.)"""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    real = shutil.which("slurmctld", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+    assert real, "slurmctld is installed for the daemon tests"
+    stub = fake / "slurmctld"
+    stub.write_text(f'#!/bin/sh\n[ "$1" = "-V" ] && exec {real} -V\nwhile :; do sleep 1; done\n')
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ.get('PATH', '')}")
+    report = run_check(tmp_path, timeout_s=3)
     assert ProblemKind.TIMEOUT in report.kinds()
     assert workdirs
     assert leftovers(workdirs) == []
