@@ -1,7 +1,7 @@
 # clusterforge: the two commands a new user needs (README, first lines).
-#   make demo   set up (apt + pip, as root) and run the main job on the built-in example
+#   make demo   set up (apt + pip, as root), build the local GPU Slurm cluster, run jobs on it
 #   make test   set up and run the whole test-suite (what CI runs)
-.PHONY: setup demo test test-hosts lint bench
+.PHONY: setup demo test test-local lint bench
 
 setup:
 	scripts/setup-deps.sh
@@ -10,11 +10,11 @@ demo: setup
 	scripts/demo.sh
 
 test: setup
-	python3 -m pytest -q -p no:cacheprovider -m "not hosts"
+	python3 -m pytest -q -p no:cacheprovider --durations=25
 
-# Ansible roles against local test hosts (netns + debootstrap rootfs + sshd): minutes, not yet in CI
-test-hosts: setup
-	python3 -m pytest -q -p no:cacheprovider -m hosts
+# only the end-to-end local cluster test (tests/test_local_cluster.py): bare nodes -> jobs -> faults -> down
+test-local: setup
+	python3 -m pytest -q -p no:cacheprovider -m local
 
 lint:
 	ruff check clusterforge tests benchmarks infra policy
@@ -23,3 +23,4 @@ lint:
 bench:
 	python3 benchmarks/render_scale.py
 	python3 benchmarks/plan_scale.py
+	python3 benchmarks/local_cluster.py

@@ -255,6 +255,124 @@ def diff_cmd(
     raise typer.Exit(report.exit_code)
 
 
+local_app = typer.Typer(
+    help="A real multi-node GPU Slurm cluster on this machine, built by the production roles (root).",
+    no_args_is_help=True,
+)
+app.add_typer(local_app, name="local")
+StateOpt = Annotated[
+    Path | None, typer.Option("--state", help="state folder (default /var/lib/clusterforge/local)")
+]
+
+
+def _local(state: Path | None):  # type: ignore[no-untyped-def]
+    from clusterforge.local import LocalCluster
+
+    return LocalCluster(state)
+
+
+@local_app.command("up")
+def local_up_cmd(
+    spec: Annotated[Path | None, typer.Argument(help="on-prem spec (default examples/local.yaml)")] = None,
+    state: StateOpt = None,
+    net: Annotated[str, typer.Option(help="private /24 the nodes live on")] = "10.79.0.0/24",
+    check: Annotated[bool, typer.Option("--check", help="create the nodes, run the playbook in check mode")] = False,
+    diff: Annotated[bool, typer.Option("--diff", help="show what each changed file becomes")] = False,
+    nodes_only: Annotated[bool, typer.Option("--nodes-only", help="create the nodes, do not run the playbook")] = False,
+) -> None:
+    """Create the nodes (each its own namespace, hostname, rootfs, /dev) and run playbooks/site.yml on them."""
+    from clusterforge.configure import TextProgress
+    from clusterforge.local import DEFAULT_SPEC
+
+    lc = _local(state)
+    res = lc.up(
+        spec or DEFAULT_SPEC,
+        net=net,
+        configure=not nodes_only,
+        check=check,
+        diff=diff,
+        progress=lambda m: out.print(m, markup=False),
+        ansible_progress=TextProgress(lambda line: out.print(line, markup=False)),
+    )
+    times = ", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items())
+    out.print(f"local cluster {res.layout.cluster}: {times}", markup=False)
+    if res.configure is not None:
+        for f in res.configure.failures:
+            err.print(f"failed: {f}", markup=False)
+        if not res.configure.ok:
+            err.print(f"the playbook failed; the nodes stay up: fix and re-run `clusterforge local up {spec or ''}`"
+                      f"{' --state ' + str(state) if state else ''}, or `clusterforge local down`", markup=False)
+            raise typer.Exit(1)
+    if not check and not nodes_only:
+        st = lc.status()
+        out.print(st["sinfo"].rstrip(), markup=False)
+        out.print(
+            f"log in: clusterforge local ssh {lc.submit_node()}    jobs: clusterforge local run -- srun -N2 hostname"
+            "    remove: clusterforge local down",
+            markup=False,
+        )
+
+
+@local_app.command("status")
+def local_status_cmd(
+    state: StateOpt = None, as_json: Annotated[bool, typer.Option("--json", help="as JSON")] = False
+) -> None:
+    """The nodes (running or not) and sinfo's view of them."""
+    st = _local(state).status()
+    if as_json:
+        print(json.dumps(st, indent=2))
+        return
+    out.print(f"local cluster {st['cluster']} ({'up' if st['up'] else 'down'}), state {st['state']}", markup=False)
+    for name, n in st["nodes"].items():
+        gpus = f" {n['gpus']} GPUs" if n["gpus"] else ""
+        out.print(f"  {name:<10} {n['address']:<14} {n['role']:<10} {'running' if n['running'] else 'STOPPED'}{gpus}",
+                  markup=False)
+    if st["sinfo"]:
+        out.print(st["sinfo"].rstrip(), markup=False)
+    if not all(n["running"] for n in st["nodes"].values()):
+        raise typer.Exit(1)
+
+
+@local_app.command("ssh", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def local_ssh_cmd(
+    ctx: typer.Context,
+    node: Annotated[str, typer.Argument(help="node name, e.g. login or gpu-001")],
+    state: StateOpt = None,
+) -> None:
+    """Log in to a node over SSH (from the cluster's bridge), or run a command there: ssh NODE -- CMD."""
+    import os
+
+    argv = _local(state).ssh_argv(node, list(ctx.args))
+    os.execvp(argv[0], argv)
+
+
+@local_app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def local_run_cmd(
+    ctx: typer.Context,
+    node: Annotated[str | None, typer.Option(help="where to run it (default: the login node)")] = None,
+    state: StateOpt = None,
+) -> None:
+    """Run a command on the login node, as a user would: clusterforge local run -- srun -N2 hostname."""
+    import os
+    import shlex
+
+    if not ctx.args:
+        raise ClusterforgeError("give the command after --, e.g. clusterforge local run -- srun -N2 hostname")
+    lc = _local(state)
+    argv = lc.exec_argv(node or lc.submit_node(), ["/bin/bash", "-lc", shlex.join(ctx.args)])
+    os.execvp(argv[0], argv)
+
+
+@local_app.command("down")
+def local_down_cmd(state: StateOpt = None) -> None:
+    """Remove everything `up` made: processes (by PID), namespaces, mounts, cgroup folders, rootfs layers."""
+    removed = _local(state).down()
+    if not removed:
+        out.print("nothing to remove: no local cluster here", markup=False)
+    for r in removed:
+        out.print(f"removed {r}", markup=False)
+
+
 @app.command("schema")
 def schema_cmd() -> None:
     """Print the spec's JSON Schema (the checked-in copy is schema/cluster.schema.json)."""

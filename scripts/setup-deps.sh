@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Install what clusterforge's main job and tests need on Debian 12 / Ubuntu (root): Debian's
-# Slurm and munge (the real daemons the tests load configs into), debootstrap for local test
-# hosts, and the Python packages pinned in requirements-ci.txt. Safe to run again: each step is
+# Slurm and munge (the real daemons the tests load configs into), debootstrap, dpkg-dev, apt-utils
+# and gnupg for the local cluster's rootfs and apt repository, and the Python packages pinned in
+# requirements-ci.txt. Safe to run again: each step is
 # skipped when already satisfied.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then echo "setup-deps: run as root (apt-get, network namespaces)" >&2; exit 2; fi
 export DEBIAN_FRONTEND=noninteractive
-APT_PKGS="slurmctld slurmd slurm-client munge debootstrap dpkg-dev iproute2 bc util-linux openssh-client shellcheck"
+APT_PKGS="slurmctld slurmd slurm-client munge debootstrap dpkg-dev apt-utils gnupg iproute2 procps bc util-linux openssh-client shellcheck"
 missing=""
 for p in $APT_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

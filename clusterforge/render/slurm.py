@@ -72,7 +72,13 @@ def slurm_sections(m: ClusterModel) -> list[Section]:
                     }[s.return_to_service],
                 ),
                 Setting("SlurmctldTimeout", "300"),
-                Setting("SlurmdTimeout", "300", "large jobs' nodes can be slow to answer during checkpoint I/O"),
+                Setting(
+                    "SlurmdTimeout",
+                    str(s.slurmd_timeout_s),
+                    "large jobs' nodes can be slow to answer during checkpoint I/O"
+                    if s.slurmd_timeout_s >= 300
+                    else "a node that stops answering is DOWN (and its --requeue jobs requeued) this fast",
+                ),
             ),
         ),
         Section(

@@ -320,6 +320,11 @@ class SlurmSettings(Model):
     os_memory_reserve_mib: Annotated[int, Field(ge=0)] = Field(
         8192, description="memory held back from RealMemory for the OS, slurmd and daemons"
     )
+    slurmd_timeout_s: Annotated[int, Field(ge=10, le=3600)] = Field(
+        300,
+        description="SlurmdTimeout: seconds without an answer before slurmctld marks a node DOWN and requeues "
+        "its --requeue jobs",
+    )
     extra_conf: dict[Annotated[str, Field(pattern=r"^[A-Za-z]+$")], str] = Field(
         default_factory=dict, description="extra slurm.conf key=value lines (escape hatch, printed last)"
     )

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Build (once) the Debian 12 minbase rootfs that the real-host Ansible tests copy per host.
-#   scripts/testhost-rootfs.sh [CACHE_DIR]   -> prints the rootfs folder
+# Build (once) the Debian 12 minbase rootfs every local node is an overlay of.
+#   clusterforge/local/rootfs.sh [CACHE_DIR]   -> prints the rootfs folder
 # The folder is cached: a second call returns at once. Building takes ~45 s and ~290 MB.
 # Only the packages a bare cloud/on-prem image has are included (python3 for Ansible, sshd,
 # iproute2); everything the roles need comes from the roles themselves.

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Stand-in vendor repositories for the real-host tests (the real ones are unreachable here).
-#   tests/ansible/standin/build.sh REPO_ROOT
+# Stand-in vendor repositories for the local cluster (the real ones are unreachable offline).
+#   clusterforge/local/standin.sh REPO_ROOT
 # Builds packages with the vendors' names and version schemes (dpkg-deb, no compiler), and
 # signed apt repositories laid out like the vendors' own:
 #   REPO_ROOT/nvidia/   flat repository, like developer.download.nvidia.com/compute/cuda/repos/<distro>/x86_64/

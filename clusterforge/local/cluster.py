@@ -1,0 +1,302 @@
+"""The local cluster's lifecycle: up, status, exec/ssh/run on a node, down.
+
+State lives in one folder (default ``/var/lib/clusterforge/local``, or ``--state`` /
+``CLUSTERFORGE_LOCAL_STATE``): ``layout.json`` (nodes, addresses, overrides), ``spec.yaml`` (the
+effective spec), the recorded PIDs and namespaces of ``nodes.sh``, the SSH key, the generated
+inventory and its render, the local Ansible variables, the generated slurmdbd password (0600,
+never printed) and the scrubbed ansible-runner artifacts of the last run.
+
+Ansible reaches the nodes from the bridge's network namespace; ``in_netns`` moves this thread
+there for the run, so ansible-runner and its SSH children start inside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from clusterforge.local.layout import DEFAULT_NET, LocalError, LocalLayout, LocalNode, local_vars, plan_layout
+
+HERE = Path(__file__).resolve().parent
+NODES_SH = HERE / "nodes.sh"
+ROOTFS_SH = HERE / "rootfs.sh"
+REPO_SH = HERE / "repo.sh"
+PACKAGES = HERE / "packages.txt"
+DEFAULT_STATE = Path(os.environ.get("CLUSTERFORGE_LOCAL_STATE", "/var/lib/clusterforge/local"))
+DEFAULT_SPEC = Path(__file__).resolve().parents[2] / "examples" / "local.yaml"
+CLONE_NEWNET = 0x40000000
+
+
+@dataclass
+class UpResult:
+    layout: LocalLayout
+    seconds: dict[str, float]  # phase -> wall seconds (rootfs, repo, nodes, configure)
+    configure: Any | None  # ConfigureResult of the playbook run, None with configure=False
+
+
+def missing_prerequisites() -> str | None:
+    """Why this machine cannot run a local cluster, or None."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, mounts, chroot): run it with sudo"
+    for tool in ("debootstrap", "dpkg-scanpackages", "apt-ftparchive", "gpg", "ip", "unshare", "nsenter", "ssh"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed: run `make setup` (scripts/setup-deps.sh) first"
+    if shutil.which("ansible-playbook") is None:
+        return "ansible-playbook is not installed: run `make setup` (scripts/setup-deps.sh) first"
+    return None
+
+
+@contextlib.contextmanager
+def in_netns(name: str) -> Iterator[None]:
+    """Run the body (and every child it starts) in network namespace ``name``, then come back."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open("/proc/thread-self/ns/net", "rb") as home, open(f"/run/netns/{name}", "rb") as target:
+        if libc.setns(target.fileno(), CLONE_NEWNET) != 0:
+            raise LocalError(f"cannot enter network namespace {name}: {os.strerror(ctypes.get_errno())}")
+        try:
+            yield
+        finally:
+            libc.setns(home.fileno(), CLONE_NEWNET)
+
+
+class LocalCluster:
+    """A local cluster's state folder and the operations on it."""
+
+    def __init__(self, state: Path | None = None) -> None:
+        self.state = Path(state) if state else DEFAULT_STATE
+
+    # ------------------------------------------------------------------------------ state
+    @property
+    def layout_file(self) -> Path:
+        return self.state / "layout.json"
+
+    @property
+    def spec_file(self) -> Path:
+        return self.state / "spec.yaml"
+
+    def layout(self) -> LocalLayout:
+        if not self.layout_file.is_file():
+            raise LocalError(f"no local cluster in {self.state}: run `clusterforge local up` first")
+        d = json.loads(self.layout_file.read_text())
+        return LocalLayout(
+            cluster=d["cluster"], net=d["net"], nodes=[LocalNode(**n) for n in d["nodes"]],
+            spec=d["spec"], overrides=d["overrides"], source=d["source"],
+        )
+
+    def is_up(self) -> bool:
+        return (self.state / "net.env").is_file()
+
+    def _nodes_sh(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+        try:
+            p = subprocess.run(
+                [str(NODES_SH), args[0], str(self.state), *args[1:]],
+                capture_output=True, text=True, timeout=timeout, check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise LocalError(
+                f"nodes.sh {args[0]} did not finish within {timeout:.0f} s; run `clusterforge local down"
+                f" --state {self.state}` again (it is safe to repeat)"
+            ) from None
+        if check and p.returncode != 0:
+            raise LocalError(f"nodes.sh {args[0]} failed (rc={p.returncode}): {p.stderr.strip()[-2000:]}")
+        return p
+
+    # -------------------------------------------------------------------------------- up
+    def up(
+        self,
+        spec_path: Path = DEFAULT_SPEC,
+        *,
+        net: str = DEFAULT_NET,
+        configure: bool = True,
+        check: bool = False,
+        diff: bool = False,
+        progress: Callable[[str], Any] | None = None,
+        ansible_progress: Callable[[Any], None] | None = None,
+    ) -> UpResult:
+        """Create the nodes (unless they are up already) and run ``playbooks/site.yml`` on them.
+
+        A second ``up`` on a running cluster re-runs the playbook only (an idempotent re-run).
+        """
+        say = progress or (lambda _m: None)
+        why = missing_prerequisites()
+        if why:
+            raise LocalError(why)
+        seconds: dict[str, float] = {}
+        if self.is_up():
+            layout = self.layout()
+            if Path(spec_path).resolve() != Path(layout.source):
+                raise LocalError(
+                    f"local cluster {layout.cluster} is up from {layout.source}; "
+                    "run `clusterforge local down` before bringing up another spec"
+                )
+            say(f"local cluster {layout.cluster} is up: re-running the playbook")
+        else:
+            layout = plan_layout(Path(spec_path), net)
+            for o in layout.overrides:
+                say(f"local override: {o}")
+            self.state.mkdir(parents=True, exist_ok=True)
+            os.chmod(self.state, 0o700)
+            t = time.monotonic()
+            say("rootfs: Debian 12 minbase (cached after the first run)")
+            rootfs = self._script(ROOTFS_SH, timeout=900)
+            seconds["rootfs"] = time.monotonic() - t
+            t = time.monotonic()
+            say("apt repository: Debian packages + vendor stand-ins (cached after the first run)")
+            repo = self._script(REPO_SH, str(PACKAGES), timeout=900)
+            seconds["repo"] = time.monotonic() - t
+            self._write_state(layout)
+            t = time.monotonic()
+            say(f"nodes: starting {len(layout.nodes)} on {layout.net}.0/24 ({', '.join(layout.names)})")
+            specs = [f"{n.name}={n.address}" + (f":gpu{n.gpus}" if n.gpus else "") for n in layout.nodes]
+            self._nodes_sh("up", rootfs, repo, layout.net, layout.prefix, *specs, timeout=600)
+            seconds["nodes"] = time.monotonic() - t
+        result = None
+        if configure:
+            t = time.monotonic()
+            result = self.configure(check=check, diff=diff, progress=ansible_progress)
+            seconds["configure"] = time.monotonic() - t
+        return UpResult(layout=layout, seconds=seconds, configure=result)
+
+    def _script(self, script: Path, *args: str, timeout: float) -> str:
+        try:
+            p = subprocess.run([str(script), *args], capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise LocalError(f"{script.name} did not finish within {timeout:.0f} s") from None
+        if p.returncode != 0:
+            raise LocalError(f"{script.name} failed (rc={p.returncode}): {p.stderr.strip()[-2000:]}")
+        return p.stdout.strip().splitlines()[-1]
+
+    def _write_state(self, layout: LocalLayout) -> None:
+        self.spec_file.write_text(
+            f"# The effective spec of the local cluster: {layout.source} with local mode's overrides.\n"
+            + yaml.safe_dump(layout.spec, sort_keys=False)
+        )
+        self.layout_file.write_text(json.dumps(asdict(layout), indent=1))
+        inv = self.state / "inventory-local"
+        (inv / "group_vars").mkdir(parents=True, exist_ok=True)
+        # an (empty) hosts file makes the folder an inventory source whose group_vars apply
+        (inv / "hosts.yml").write_text("---\nall: {}\n")
+        lv = local_vars(layout.net)
+        lv["ansible_ssh_private_key_file"] = str(self.state / "id_ed25519")
+        # SSH control masters in the state folder, so that `down` finds and stops them
+        lv["ansible_control_path_dir"] = str(self.state / "cp")
+        (inv / "group_vars" / "all.yml").write_text(
+            "# Local mode's Ansible variables (clusterforge/local/layout.py: local_vars).\n"
+            + yaml.safe_dump(lv, sort_keys=False)
+        )
+        sfile = self.state / "secrets.yml"
+        if not sfile.exists():  # generated once, 0600, never printed; what Ansible Vault holds in production
+            fd = os.open(sfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                yaml.safe_dump({"slurmdbd_storage_pass": secrets.token_urlsafe(24)}, fh)
+
+    def secrets(self) -> dict[str, str]:
+        data = yaml.safe_load((self.state / "secrets.yml").read_text())
+        return {str(k): str(v) for k, v in data.items()}
+
+    # ------------------------------------------------------------------------- configure
+    def configure(
+        self,
+        *,
+        check: bool = False,
+        diff: bool = False,
+        tags: str | None = None,
+        limit: str | None = None,
+        progress: Callable[[Any], None] | None = None,
+    ) -> Any:
+        """``clusterforge configure`` on the local nodes: the production playbook, from the bridge."""
+        from clusterforge.configure import configure
+
+        layout = self.layout()
+        if not self.is_up():
+            raise LocalError(f"local cluster {layout.cluster} is not up: run `clusterforge local up`")
+        with in_netns(f"{layout.prefix}-br"):
+            return configure(
+                self.spec_file,
+                inventory_dir=self.state / "inventory" / layout.cluster,
+                extra_inventories=[self.state / "inventory-local"],
+                secrets=self.secrets(),
+                keep_artifacts=self.state / "artifacts",
+                progress=progress,
+                check=check,
+                diff=diff,
+                tags=tags,
+                limit=limit,
+            )
+
+    # -------------------------------------------------------------------- on the nodes
+    def exec_argv(self, node: str, argv: Sequence[str]) -> list[str]:
+        """argv that runs ``argv`` inside node ``node`` (its namespaces and root)."""
+        self.layout().node(node)  # a clear error for an unknown name
+        return [str(NODES_SH), "exec", str(self.state), node, *argv]
+
+    def on(self, node: str, script: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run a shell script on a node, as root, with a login shell's environment."""
+        return subprocess.run(
+            self.exec_argv(node, ["/bin/bash", "-lc", script]),
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )
+
+    def ssh_argv(self, node: str, argv: Sequence[str] = ()) -> list[str]:
+        """argv of a real SSH login to ``node`` from the bridge (as an operator would log in)."""
+        layout = self.layout()
+        n = layout.node(node)
+        return [
+            "ip", "netns", "exec", f"{layout.prefix}-br", "ssh", "-i", str(self.state / "id_ed25519"),
+            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+            *(["-t"] if not argv else []), f"root@{n.address}", *argv,
+        ]
+
+    def submit_node(self) -> str:
+        """Where users run Slurm commands: the login node, else the controller."""
+        layout = self.layout()
+        n = layout.first("login") or layout.first("controller")
+        if n is None:
+            raise LocalError(f"local cluster {layout.cluster} has neither a login node nor a controller")
+        return n.name
+
+    def status(self) -> dict[str, Any]:
+        """Nodes (running or not) and, when the controller answers, ``sinfo``'s view."""
+        layout = self.layout()
+        nodes = {}
+        for n in layout.nodes:
+            alive = self._nodes_sh("alive", n.name, check=False).returncode == 0
+            nodes[n.name] = {"address": n.address, "role": n.role, "group": n.group, "gpus": n.gpus, "running": alive}
+        sinfo = ""
+        if self.is_up() and nodes[self.submit_node()]["running"]:
+            p = self.on(self.submit_node(), "timeout 20 sinfo -N -o '%N %P %T %G %E'", timeout=40)
+            sinfo = p.stdout if p.returncode == 0 else f"sinfo failed: {p.stderr.strip()}"
+        return {"cluster": layout.cluster, "state": str(self.state), "up": self.is_up(), "nodes": nodes, "sinfo": sinfo}
+
+    # ------------------------------------------------------------------------------ down
+    def down(self) -> list[str]:
+        """Remove everything ``up`` made; safe to run twice or after a crash. Returns what it removed."""
+        removed: list[str] = []
+        if not self.state.exists():
+            return removed
+        for f in ("pids", "netns"):
+            p = self.state / f
+            if p.is_file():
+                removed += [f"{f[:-1] if f == 'pids' else f}: {ln}" for ln in p.read_text().split() if ln]
+        self._nodes_sh("down", timeout=600)
+        # Ansible's SSH control masters of this cluster (their sockets are in the state folder)
+        cp = subprocess.run(["pgrep", "-f", f"{self.state}/cp/"], capture_output=True, text=True, check=False)
+        for pid in cp.stdout.split():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), 15)
+                removed.append(f"ssh control master: {pid}")
+        shutil.rmtree(self.state)
+        removed.append(f"state folder {self.state}")
+        return removed

@@ -1,0 +1,180 @@
+#!/bin/bash
+# The local cluster's nodes: each one a host of its own on this machine. A node is an overlay
+# copy of a cached Debian 12 minbase rootfs, booted in its own network, PID, mount and UTS
+# namespaces with sshd as PID 1 (daemons run under the roles' clusterforge-svc supervisor),
+# on one bridge that lives in a namespace of its own, beside a local apt repository served on
+# the bridge. No systemd, no Docker; needs root, iproute2, util-linux.
+#
+#   nodes.sh up   STATE ROOTFS REPO NET PREFIX NAME=ADDR[:gpuN] ...   # NET like 10.79.0
+#   nodes.sh down STATE                       # safe to run twice, or after a crash
+#   nodes.sh exec STATE NAME CMD...           # run CMD inside node NAME (its namespaces and root)
+#   nodes.sh ctl  STATE CMD...                # run CMD on the bridge side (where Ansible runs)
+#   nodes.sh alive STATE NAME                 # exit 0 when node NAME is running
+#
+# NET.1 is the bridge, the repository (port 8081) and the Ansible side. A node NAME=ADDR:gpu8
+# gets eight fake /dev/nvidiaN character devices (major 195) plus /dev/nvidiactl in its private
+# /dev. Everything started is recorded in STATE (pids, netns, hostnames) and `down` removes
+# exactly that: it kills the recorded PIDs (each node's PID namespace dies with its PID 1, its
+# mounts with it), deletes the recorded namespaces, rmdirs the cgroup folders the nodes' slurmds
+# made and deletes the overlay layers. It never touches anything it did not record.
+set -euo pipefail
+cmd=${1:?usage: $0 up|down|exec|ctl|alive STATE ...}; STATE=${2:?STATE}
+PORT=8081
+
+log() { echo "nodes: $*" >&2; }
+load_net() { # NET and PREFIX of a cluster that is up
+  [ -f "$STATE/net.env" ] || { echo "no local cluster in $STATE (nothing is up)" >&2; exit 3; }
+  # shellcheck disable=SC1091
+  . "$STATE/net.env"
+}
+
+down() {
+  [ -d "$STATE" ] || return 0
+  if [ -f "$STATE/pids" ]; then
+    # newest first; each node's PID is the `unshare` whose child is the node's PID 1
+    mapfile -t pids < <(tac "$STATE/pids")
+    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for _ in $(seq 100); do  # all of them at once, 10 s at most, then SIGKILL
+      alive=0; for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+      [ $alive = 0 ] && break; sleep 0.1
+    done
+    for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    rm -f "$STATE/pids"
+  fi
+  if [ -f "$STATE/netns" ]; then
+    while read -r ns; do ip netns del "$ns" 2>/dev/null || true; done <"$STATE/netns"
+    rm -f "$STATE/netns"
+  fi
+  if [ -f "$STATE/hostnames" ]; then
+    # the cgroups the nodes' slurmds made (/sys is the machine's: Slurm names them slurm_<node>)
+    while read -r h; do
+      for c in /sys/fs/cgroup/*/slurm_"$h"; do
+        [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+      done
+    done <"$STATE/hostnames"
+    rm -f "$STATE/hostnames"
+  fi
+  # the overlay layers (their mounts lived in the nodes' own mount namespaces, gone by now)
+  rm -rf "$STATE/nodes" "$STATE/net.env" "$STATE/inventory.txt"
+}
+
+node_pid1() { # pid of node NAME's PID 1 (sshd), via its recorded unshare pid
+  local f="$STATE/nodes/$1/pid" u
+  [ -f "$f" ] || { echo "no node $1 in $STATE" >&2; return 3; }
+  u=$(cat "$f"); pgrep -P "$u" | head -1
+}
+
+case "$cmd" in
+down) down; exit 0 ;;
+exec)
+  name=${3:?NAME}; shift 3
+  p=$(node_pid1 "$name") || exit 3
+  [ -n "$p" ] || { echo "node $name is not running" >&2; exit 3; }
+  exec nsenter -t "$p" -n -p -m -u -r -w "$@"
+  ;;
+alive) p=$(node_pid1 "${3:?NAME}" 2>/dev/null) && [ -n "$p" ]; exit $? ;;
+ctl) load_net; shift 2; exec ip netns exec "$PREFIX-br" "$@" ;;
+up) ;;
+*) echo "unknown command $cmd" >&2; exit 2 ;;
+esac
+
+ROOTFS=${3:?ROOTFS}; REPO=${4:?REPO}; NET=${5:?NET}; PREFIX=${6:?PREFIX}; shift 6
+[ $# -gt 0 ] || { echo "no nodes given" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || { echo "needs root (network namespaces, mounts, chroot)" >&2; exit 2; }
+[ -f "$ROOTFS/.complete" ] || { echo "$ROOTFS is not a complete rootfs" >&2; exit 2; }
+if [ -f "$STATE/net.env" ]; then echo "a local cluster is already up in $STATE: run down first" >&2; exit 2; fi
+BRNS=$PREFIX-br
+if ip netns list | grep -q -E "^$PREFIX-"; then
+  echo "network namespaces $PREFIX-* exist already (another local cluster on $NET.0/24?)" >&2; exit 2
+fi
+mkdir -p "$STATE/nodes"; chmod 755 "$STATE"
+printf 'NET=%s\nPREFIX=%s\n' "$NET" "$PREFIX" >"$STATE/net.env"
+: >"$STATE/pids"; : >"$STATE/netns"; : >"$STATE/hostnames"; : >"$STATE/inventory.txt"
+trap 'rc=$?; [ $rc = 0 ] || { log "up failed (rc=$rc), tearing down"; down; }' EXIT
+
+# SSH key of the Ansible side
+[ -f "$STATE/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C "clusterforge-local" -f "$STATE/id_ed25519"
+
+# the bridge namespace: bridge, the repository server, the Ansible side
+ip netns add "$BRNS"; echo "$BRNS" >>"$STATE/netns"
+ip -n "$BRNS" link set lo up
+ip -n "$BRNS" link add br0 type bridge
+ip -n "$BRNS" addr add "$NET.1/24" dev br0
+ip -n "$BRNS" link set br0 up
+ip netns exec "$BRNS" python3 -m http.server "$PORT" --bind "$NET.1" --directory "$REPO" \
+  >"$STATE/repo-http.log" 2>&1 &
+echo $! >>"$STATE/pids"
+
+i=0
+for spec in "$@"; do
+  name=${spec%%=*}; rest=${spec#*=}; addr=${rest%%:*}; gpus=0
+  case "$rest" in *:gpu*) gpus=${rest##*:gpu} ;; esac
+  case "$addr" in "$NET".*) ;; *) echo "$addr is outside $NET.0/24" >&2; exit 2 ;; esac
+  i=$((i + 1)); ns=$PREFIX-n$i; d="$STATE/nodes/$name"
+  echo "$name" >>"$STATE/hostnames"
+  # the node's disk: an overlay over the cached rootfs; what the node changes lands in upper/
+  mkdir -p "$d/upper" "$d/work" "$d/root"
+  u=$d/upper
+  install -d -m 700 "$u/root" "$u/root/.ssh"
+  install -m 600 "$STATE/id_ed25519.pub" "$u/root/.ssh/authorized_keys"
+  install -d -m 755 "$u/etc/apt" "$u/usr/sbin" "$u/etc/ssh"
+  # the image's apt mirror is the local repository (as an air-gapped site's mirror would be)
+  printf 'deb [trusted=yes] http://%s.1:%s/debian ./\n' "$NET" "$PORT" >"$u/etc/apt/sources.list"
+  # like container images: package scripts do not start daemons (the roles do)
+  printf '#!/bin/sh\nexit 101\n' >"$u/usr/sbin/policy-rc.d"; chmod 755 "$u/usr/sbin/policy-rc.d"
+  # and like container images: dpkg skips fsync and documentation (a node's disk is throw-away,
+  # and six nodes unpacking at once on a small machine otherwise wait on the disk for minutes)
+  install -d -m 755 "$u/etc/dpkg/dpkg.cfg.d"
+  printf 'force-unsafe-io\n' >"$u/etc/dpkg/dpkg.cfg.d/clusterforge-local-unsafe-io"
+  printf 'path-exclude /usr/share/doc/*\npath-exclude /usr/share/man/*\npath-exclude /usr/share/locale/*\n' \
+    >"$u/etc/dpkg/dpkg.cfg.d/clusterforge-local-nodoc"
+  printf 'nameserver 127.0.0.1\n' >"$u/etc/resolv.conf"
+  printf "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n" >"$u/etc/hosts"
+  echo "$name" >"$u/etc/hostname"
+  # network: a veth from the bridge into the node's namespace
+  ip netns add "$ns"; echo "$ns" >>"$STATE/netns"
+  ip -n "$ns" link set lo up
+  ip link add "${PREFIX}v$i" type veth peer name eth0 netns "$ns"
+  ip link set "${PREFIX}v$i" netns "$BRNS"
+  ip -n "$BRNS" link set "${PREFIX}v$i" master br0 up
+  ip -n "$ns" addr add "$addr/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" route add default via "$NET.1"
+  # boot: new PID/mount/UTS namespaces; sshd is PID 1 (it reaps orphans); --kill-child takes the
+  # whole PID namespace down when the recorded unshare process is killed
+  nsenter --net="/run/netns/$ns" unshare --pid --fork --kill-child --mount --uts --propagation private \
+    bash -c '
+      set -e; lower=$1; d=$2; gpus=$3; hostname "$4"; r=$d/root
+      mount -t overlay overlay -o "lowerdir=$lower,upperdir=$d/upper,workdir=$d/work" "$r"
+      mount -t proc proc "$r/proc"
+      mount --rbind /sys "$r/sys"; mount --make-rslave "$r/sys"
+      mount -t tmpfs -o mode=755 tmpfs "$r/dev"
+      for dv in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9 tty:5:0; do
+        IFS=: read -r n ma mi <<<"$dv"; mknod -m 666 "$r/dev/$n" c "$ma" "$mi"; done
+      mkdir "$r/dev/pts" "$r/dev/shm"; mount -t tmpfs -o mode=1777 tmpfs "$r/dev/shm"
+      mount -t devpts -o newinstance,ptmxmode=0666 devpts "$r/dev/pts"; ln -s pts/ptmx "$r/dev/ptmx"
+      ln -s /proc/self/fd "$r/dev/fd"
+      for g in $(seq 0 $((gpus - 1))); do mknod -m 666 "$r/dev/nvidia$g" c 195 "$g"; done
+      [ "$gpus" = 0 ] || mknod -m 666 "$r/dev/nvidiactl" c 195 255
+      mount -t tmpfs -o mode=755 tmpfs "$r/run"; mkdir -p "$r/run/sshd"
+      mount -t tmpfs -o mode=1777 tmpfs "$r/tmp"
+      chroot "$r" ssh-keygen -A >/dev/null
+      exec chroot "$r" /usr/sbin/sshd -D -e -o UseDNS=no
+    ' _ "$ROOTFS" "$d" "$gpus" "$name" >"$d/sshd.log" 2>&1 &
+  echo $! >"$d/pid"; echo $! >>"$STATE/pids"
+  echo "$name $addr $gpus" >>"$STATE/inventory.txt"
+done
+
+# wait (bounded) for every sshd to answer
+for spec in "$@"; do
+  name=${spec%%=*}; rest=${spec#*=}; addr=${rest%%:*}
+  ok=0
+  for _ in $(seq 300); do
+    if ip netns exec "$BRNS" timeout 2 bash -c "exec 3<>/dev/tcp/$addr/22" 2>/dev/null; then ok=1; break; fi
+    sleep 0.1
+  done
+  [ $ok = 1 ] || { log "sshd on $name ($addr) did not come up"; cat "$STATE/nodes/$name/sshd.log" >&2; exit 1; }
+done
+for _ in $(seq 100); do
+  ip netns exec "$BRNS" timeout 2 bash -c "exec 3<>/dev/tcp/$NET.1/$PORT" 2>/dev/null && break; sleep 0.1
+done

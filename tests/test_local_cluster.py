@@ -1,0 +1,303 @@
+"""End to end, for real: bare Debian 12 nodes -> a working GPU Slurm cluster -> jobs -> faults -> down.
+
+``clusterforge local`` builds ``examples/local.yaml`` (a controller with slurmdbd and MariaDB, a
+login node, two GPU nodes with 8 fake H100 each, two CPU nodes) on a private /24 of its own, so
+it does not meet a demo cluster on the default network. The production ``playbooks/site.yml``
+runs on the fresh nodes in check mode first, then for real, and a third time at the end, when it
+must change nothing. In between: daemons, GRES registration, jobs across nodes, accounting, the
+NCCL job environment and the faults of the issue (slurmd killed, health check failing,
+slurmctld restarted). ``down`` must leave no process, namespace, mount or cgroup folder behind.
+
+Every wait is bounded; the module fixture tears the cluster down even when a step fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusterforge.configure import TextProgress
+from clusterforge.local import LocalCluster, missing_prerequisites
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = ROOT / "examples" / "local.yaml"
+NET = "10.81.0.0/24"  # not the demo's 10.79.0.0/24
+NODES = ["ctl", "login", "gpu-001", "gpu-002", "cpu-001", "cpu-002"]
+
+pytestmark = [pytest.mark.local]
+_why = missing_prerequisites()
+if _why:
+    pytestmark.append(pytest.mark.skip(reason=_why))
+
+
+class Runs:
+    check: Any
+    first: Any
+    check_lines: list[str]
+    first_lines: list[str]
+    seconds: dict[str, float]
+    state: Path
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, Runs]]:
+    state = tmp_path_factory.mktemp("local") / "state"
+    lc = LocalCluster(state)
+    r = Runs()
+    r.state = state
+    r.check_lines, r.first_lines = [], []
+    try:
+        up = lc.up(SPEC, net=NET, configure=False)
+        r.seconds = dict(up.seconds)
+        r.check = lc.configure(check=True, diff=True, progress=TextProgress(r.check_lines.append))
+        print(f"\ncheck mode on fresh nodes: rc={r.check.rc} {r.check.duration_s:.1f} s")
+        r.first = lc.configure(progress=TextProgress(r.first_lines.append))
+        print(f"first run: rc={r.first.rc} {r.first.duration_s:.1f} s changed={r.first.changed}")
+        yield lc, r
+    finally:
+        lc.down()
+
+
+def sh(lc: LocalCluster, node: str, script: str, timeout: float = 60) -> str:
+    p = lc.on(node, f"timeout {int(timeout)} bash -c {_q(script)}", timeout=timeout + 15)
+    assert p.returncode == 0, f"{node}: {script}: rc={p.returncode}\n{p.stdout}\n{p.stderr}"
+    return p.stdout
+
+
+def _q(s: str) -> str:
+    import shlex
+
+    return shlex.quote(s)
+
+
+def wait_for(what: str, probe: Any, timeout: float, every: float = 2.0) -> Any:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what`` after ``timeout`` s."""
+    end = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < end:
+        last = probe()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def node_state(lc: LocalCluster, node: str) -> str:
+    out = sh(lc, "login", f"scontrol show node {node} --oneliner")
+    m = re.search(r"State=(\S+)", out)
+    return m.group(1) if m else ""
+
+
+# ----------------------------------------------------------------------------- the runs
+
+
+def test_check_mode_on_fresh_nodes(cluster: tuple[LocalCluster, Runs]) -> None:
+    _, r = cluster
+    assert r.check.ok, "\n".join(r.check.failures + r.check_lines[-40:])
+    assert set(r.check.stats) == set(NODES)
+
+
+def test_first_run_builds_the_cluster(cluster: tuple[LocalCluster, Runs]) -> None:
+    _, r = cluster
+    assert r.first.ok, "\n".join(r.first.failures + r.first_lines[-40:])
+    assert set(r.first.stats) == set(NODES)
+    assert r.first.changed > 0
+
+
+def test_nodes_are_hosts_of_their_own(cluster: tuple[LocalCluster, Runs]) -> None:
+    lc, _ = cluster
+    layout = lc.layout()
+    for n in layout.nodes:
+        assert sh(lc, n.name, "hostname").strip() == n.name
+        assert f"inet {n.address}/24" in sh(lc, n.name, "ip -o -4 addr show eth0")
+        gpus = sh(lc, n.name, "ls /dev | grep -c -E '^nvidia[0-9]+$' || true").strip()
+        assert int(gpus or 0) == n.gpus, (n.name, gpus)
+    # the addresses were moved into the test's network, and local mode said so
+    assert any(o.startswith("addresses (not in 10.81.0.0/24)") for o in layout.overrides)
+    assert "SlurmdParameters=config_overrides" in (lc.state / "inventory" / "local.render" / "slurm" / "slurm.conf").read_text()
+
+
+def test_daemons_run_where_the_roles_put_them(cluster: tuple[LocalCluster, Runs]) -> None:
+    lc, _ = cluster
+    want = {"ctl": {"munged", "slurmctld", "slurmdbd", "mariadbd"}, "login": {"munged"}}
+    want |= {n: {"munged", "slurmd"} for n in ("gpu-001", "gpu-002", "cpu-001", "cpu-002")}
+    for node, daemons in want.items():
+        ps = set(sh(lc, node, "ps -eo comm=").split())
+        assert daemons <= ps, f"{node} lacks {sorted(daemons - ps)}"
+    assert "slurmd" not in set(sh(lc, "login", "ps -eo comm=").split())
+    sums = {n: sh(lc, n, "sha256sum /etc/munge/munge.key").split()[0] for n in want}
+    assert len(set(sums.values())) == 1, sums
+    cred = sh(lc, "gpu-001", "munge -n").strip()
+    assert "Success" in sh(lc, "ctl", f"echo '{cred}' | unmunge")
+
+
+def test_gpu_nodes_register_with_their_gres(cluster: tuple[LocalCluster, Runs]) -> None:
+    lc, _ = cluster
+    rows = sh(lc, "login", "sinfo -N -h -o '%N %P %T %G'").split("\n")
+    seen = {}
+    for row in filter(None, rows):
+        name, part, st, gres = row.split()
+        seen[name] = (part.rstrip("*"), st, gres)
+    for n in ("gpu-001", "gpu-002"):
+        assert seen[n] == ("gpu", "idle", "gpu:h100:8"), seen
+    for n in ("cpu-001", "cpu-002"):
+        assert seen[n] == ("cpu", "idle", "(null)"), seen
+
+
+def test_jobs_run_across_nodes(cluster: tuple[LocalCluster, Runs]) -> None:
+    lc, _ = cluster
+    assert sorted(sh(lc, "login", "srun -N2 -p gpu hostname").split()) == ["gpu-001", "gpu-002"]
+    assert sorted(sh(lc, "login", "srun -N2 -p cpu hostname").split()) == ["cpu-001", "cpu-002"]
+    out = sh(lc, "login", "srun -N2 -p gpu --gpus-per-node=2 bash -c 'echo $(hostname) $CUDA_VISIBLE_DEVICES'")
+    assert sorted(out.splitlines()) == ["gpu-001 0,1", "gpu-002 0,1"]
+
+
+def test_gpu_batch_job_gets_the_rendered_nccl_environment(cluster: tuple[LocalCluster, Runs]) -> None:
+    lc, _ = cluster
+    rendered = (lc.state / "inventory" / "local.render" / "env" / "gpu.sh").read_text()
+    want = dict(re.findall(r"^export (NCCL_[A-Z_]+)=\"?([^\"\n]*)\"?$", rendered, re.M))
+    assert want, rendered
+    out_file = "/tmp/nccl-env.%j.out"
+    job = sh(lc, "login", f"sbatch --parsable -N2 -p gpu --gpus-per-node=8 -o {out_file} --wrap "
+             "'srun bash -c \"echo $(hostname) $CUDA_VISIBLE_DEVICES $(env | grep ^NCCL_ | sort | tr \\\"\\\\n\\\" \\\" \\\")\"'").strip()
+    wait_for(f"job {job} to complete", lambda: "COMPLETED" in sh(lc, "login", f"scontrol show job {job} -o || true"), 90)
+    # the output file is on the batch host (no shared /tmp): find it there
+    host = sh(lc, "login", f"sacct -n -X -j {job} -o NodeList%40 || true").strip() or "gpu-001"
+    first = host.replace("gpu-[001-002]", "gpu-001")
+    text = sh(lc, first, f"cat /tmp/nccl-env.{job}.out")
+    lines = sorted(text.splitlines())
+    assert [ln.split()[:2] for ln in lines] == [["gpu-001", "0,1,2,3,4,5,6,7"], ["gpu-002", "0,1,2,3,4,5,6,7"]], text
+    for ln in lines:
+        for k, v in want.items():
+            assert f"{k}={v}" in ln, (k, v, ln)
+
+
+def test_accounting_records_jobs(cluster: tuple[LocalCluster, Runs]) -> None:
+    lc, _ = cluster
+    assert "local" in sh(lc, "login", "sacctmgr -n -P show cluster format=cluster")
+    sh(lc, "login", "srun -N1 -p cpu true")
+    wait_for("a COMPLETED job in sacct", lambda: "COMPLETED" in sh(lc, "login", "sacct -n -X -a -P -o JobID,State"), 60)
+
+
+# --------------------------------------------------------------------------------- faults
+
+
+def test_killed_slurmd_marks_the_node_down_and_requeues_its_job(cluster: tuple[LocalCluster, Runs]) -> None:
+    lc, _ = cluster
+    job = sh(lc, "login", "sbatch --parsable --requeue -N1 -p cpu --wrap 'sleep 600'").strip()
+    info = wait_for(f"job {job} running", lambda: (lambda o: o if "JobState=RUNNING" in o else None)(
+        sh(lc, "login", f"scontrol show job {job} -o")), 60)
+    victim = re.search(r" NodeList=(cpu-00[12])", info).group(1)  # type: ignore[union-attr]
+    other = "cpu-002" if victim == "cpu-001" else "cpu-001"
+    sh(lc, victim, "pkill -KILL -x slurmd")
+    # SlurmdTimeout=30 in examples/local.yaml: DOWN within about 30-45 s
+    wait_for(f"{victim} DOWN", lambda: "DOWN" in node_state(lc, victim), 120)
+    reason = sh(lc, "login", f"sinfo -h -n {victim} -o '%E'")
+    assert "not responding" in reason.lower(), reason
+    info = wait_for(
+        f"job {job} requeued and running on {other}",
+        lambda: (lambda o: o if "JobState=RUNNING" in o and f" NodeList={other}" in o else None)(
+            sh(lc, "login", f"scontrol show job {job} -o")
+        ),
+        180,
+    )
+    assert "Restarts=1" in info, info
+    sh(lc, "login", f"scancel {job}")
+    # bring the node back: the supervisor starts slurmd again and ReturnToService=2 resumes it
+    sh(lc, victim, "clusterforge-svc start slurmd")
+    wait_for(f"{victim} back to idle", lambda: node_state(lc, victim).startswith("IDLE"), 120)
+
+
+def test_failing_health_check_drains_the_node_with_a_reason(cluster: tuple[LocalCluster, Runs]) -> None:
+    lc, _ = cluster
+    sh(lc, "gpu-002", "mv /dev/nvidia3 /dev/nvidia3.gone")
+    try:
+        p = lc.on("gpu-002", "/usr/local/sbin/clusterforge-healthcheck")  # what slurmd runs every interval
+        assert p.returncode == 1, p
+        wait_for("gpu-002 DRAIN", lambda: "DRAIN" in node_state(lc, "gpu-002"), 30, every=1)
+        reason = sh(lc, "login", "sinfo -h -n gpu-002 -o '%E'").strip()
+        assert reason == "clusterforge-healthcheck: GPU device /dev/nvidia3 missing (expected 8)", reason
+    finally:
+        lc.on("gpu-002", "mv /dev/nvidia3.gone /dev/nvidia3")
+    assert lc.on("gpu-002", "/usr/local/sbin/clusterforge-healthcheck").returncode == 0
+    sh(lc, "login", "scontrol update NodeName=gpu-002 State=RESUME")
+    wait_for("gpu-002 back to idle", lambda: node_state(lc, "gpu-002") == "IDLE", 30, every=1)
+
+
+def test_restarting_slurmctld_loses_no_job(cluster: tuple[LocalCluster, Runs]) -> None:
+    lc, _ = cluster
+    running = sh(lc, "login", "sbatch --parsable -N2 -p gpu --gpus-per-node=8 --wrap 'sleep 300'").strip()
+    wait_for(f"job {running} running", lambda: "JobState=RUNNING" in sh(lc, "login", f"scontrol show job {running} -o"), 60)
+    queued = sh(lc, "login", "sbatch --parsable -N2 -p gpu --gpus-per-node=8 --wrap 'true'").strip()
+    assert "JobState=PENDING" in sh(lc, "login", f"scontrol show job {queued} -o")
+    before = sh(lc, "ctl", "pgrep -x slurmctld").split()
+    sh(lc, "ctl", "clusterforge-svc restart slurmctld")
+    wait_for("slurmctld answering again", lambda: lc.on("login", "timeout 10 scontrol ping").returncode == 0, 60)
+    assert sh(lc, "ctl", "pgrep -x slurmctld").split() != before
+    assert "JobState=RUNNING" in sh(lc, "login", f"scontrol show job {running} -o")
+    assert "JobState=PENDING" in sh(lc, "login", f"scontrol show job {queued} -o")
+    sh(lc, "login", f"scancel {running}")
+    wait_for(f"queued job {queued} to run after the restart", lambda: "COMPLETED" in sh(
+        lc, "login", f"sacct -n -X -j {queued} -o State"), 90)
+
+
+# --------------------------------------------------------------------------- idempotence
+
+
+def test_second_configure_changes_nothing_and_keeps_secrets(cluster: tuple[LocalCluster, Runs]) -> None:
+    lc, r = cluster
+    lines: list[str] = []
+    second = lc.configure(progress=TextProgress(lines.append))
+    print(f"\nsecond run: rc={second.rc} {second.duration_s:.1f} s changed={second.changed}")
+    assert second.ok, "\n".join(second.failures + lines[-40:])
+    assert second.changed == 0, "\n".join(ln for ln in lines if ": changed " in ln)
+    assert set(second.stats) == set(NODES)
+    # the generated slurmdbd password reached slurmdbd.conf (0600, slurm) and nothing else
+    secret = lc.secrets()["slurmdbd_storage_pass"]
+    st = sh(lc, "ctl", "stat -c '%a %U' /etc/slurm/slurmdbd.conf").split()
+    assert st == ["600", "slurm"]
+    assert f"StoragePass={secret}" in sh(lc, "ctl", "cat /etc/slurm/slurmdbd.conf")
+    for run_lines in (r.check_lines, r.first_lines, lines):
+        assert not any(secret in ln for ln in run_lines)
+    arts = lc.state / "artifacts"
+    assert arts.is_dir()
+    for f in arts.rglob("*"):
+        if f.is_file():
+            assert secret.encode() not in f.read_bytes(), f"secret in {f}"
+    with (r.state.parent / "timings.json").open("w") as fh:
+        json.dump({"check": r.check.duration_s, "first": r.first.duration_s, "second": second.duration_s,
+                   **r.seconds}, fh)
+
+
+def test_down_removes_everything_and_is_safe_twice(cluster: tuple[LocalCluster, Runs]) -> None:
+    lc, _ = cluster
+    pids = [int(p) for p in (lc.state / "pids").read_text().split()]
+    netns = (lc.state / "netns").read_text().split()
+    removed = lc.down()
+    assert any(x.startswith("netns: cf81-br") for x in removed)
+    assert not lc.state.exists()
+    for pid in pids:
+        wait_for(f"pid {pid} gone", lambda pid=pid: not _alive(pid), 15, every=0.5)
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    assert not any(ns in listed.split() for ns in netns), listed
+    assert not [c for c in Path("/sys/fs/cgroup").glob("*/slurm_*") if c.name[6:] in NODES]
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert str(lc.state) not in mounts
+    assert lc.down() == []  # a second down finds nothing and does not fail
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
