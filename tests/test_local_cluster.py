@@ -161,23 +161,28 @@ def test_jobs_run_across_nodes(cluster: tuple[LocalCluster, Runs]) -> None:
 
 
 def test_gpu_batch_job_gets_the_rendered_nccl_environment(cluster: tuple[LocalCluster, Runs]) -> None:
+    """examples/jobs/gpu-nccl-env.sbatch (what `make demo` runs): 2 nodes x 8 GPUs, each rank sees
+    its GPUs, the job environment and the rendered /etc/nccl.conf."""
     lc, _ = cluster
-    rendered = (lc.state / "inventory" / "local.render" / "env" / "gpu.sh").read_text()
-    want = dict(re.findall(r"^export (NCCL_[A-Z_]+)=\"?([^\"\n]*)\"?$", rendered, re.M))
+    rendered = (lc.state / "inventory" / "local.render" / "nccl" / "gpu.conf").read_text()
+    want = [ln for ln in rendered.splitlines() if ln.startswith("NCCL_")]
     assert want, rendered
-    out_file = "/tmp/nccl-env.%j.out"
-    job = sh(lc, "login", f"sbatch --parsable -N2 -p gpu --gpus-per-node=8 -o {out_file} --wrap "
-             "'srun bash -c \"echo $(hostname) $CUDA_VISIBLE_DEVICES $(env | grep ^NCCL_ | sort | tr \\\"\\\\n\\\" \\\" \\\")\"'").strip()
-    wait_for(f"job {job} to complete", lambda: "COMPLETED" in sh(lc, "login", f"scontrol show job {job} -o || true"), 90)
-    # the output file is on the batch host (no shared /tmp): find it there
-    host = sh(lc, "login", f"sacct -n -X -j {job} -o NodeList%40 || true").strip() or "gpu-001"
-    first = host.replace("gpu-[001-002]", "gpu-001")
-    text = sh(lc, first, f"cat /tmp/nccl-env.{job}.out")
+    script = (ROOT / "examples" / "jobs" / "gpu-nccl-env.sbatch").read_text()
+    p = subprocess.run(lc.exec_argv("login", ["sbatch", "--parsable"]), input=script,
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 0, p.stderr
+    job = p.stdout.strip()
+    info = wait_for(f"job {job} to complete", lambda: (lambda o: o if "JobState=COMPLETED" in o else None)(
+        sh(lc, "login", f"scontrol show job {job} -o")), 120)
+    batch_host = re.search(r"BatchHost=(\S+)", info).group(1)  # type: ignore[union-attr]
+    text = sh(lc, batch_host, f"cat /tmp/nccl-env-{job}.out")
     lines = sorted(text.splitlines())
-    assert [ln.split()[:2] for ln in lines] == [["gpu-001", "0,1,2,3,4,5,6,7"], ["gpu-002", "0,1,2,3,4,5,6,7"]], text
+    assert [ln.split()[:3] for ln in lines] == [
+        [n, "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7", "CUDA_DEVICE_ORDER=PCI_BUS_ID"] for n in ("gpu-001", "gpu-002")
+    ], text
     for ln in lines:
-        for k, v in want.items():
-            assert f"{k}={v}" in ln, (k, v, ln)
+        for w in want:
+            assert w in ln.split(), (w, ln)
 
 
 def test_accounting_records_jobs(cluster: tuple[LocalCluster, Runs]) -> None:

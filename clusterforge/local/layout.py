@@ -169,8 +169,8 @@ def plan_layout(spec_path: Path, net: str = DEFAULT_NET) -> LocalLayout:
         nodes.append(LocalNode(host, addr, g.name, role, gpus))
     if moved:
         overrides.append(f"addresses (not in {nw}): " + ", ".join(moved))
-        for gi, addrs in new_addrs.items():
-            data["node_groups"][gi]["onprem"]["addresses"] = ",".join(addrs)
+        for gi, group_addrs in new_addrs.items():
+            data["node_groups"][gi]["onprem"]["addresses"] = ",".join(group_addrs)
 
     slurm = data.setdefault("slurm", {}) or {}
     data["slurm"] = slurm

@@ -1,0 +1,92 @@
+"""What a spec becomes as a local cluster (no root needed): nodes, addresses, overrides, refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clusterforge import cli
+from clusterforge.local import LocalCluster, LocalError, local_vars, plan_layout
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+
+
+def test_local_example_keeps_its_addresses_and_says_what_it_overrides() -> None:
+    lay = plan_layout(EXAMPLES / "local.yaml")
+    assert [(n.name, n.address, n.role, n.gpus) for n in lay.nodes] == [
+        ("ctl", "10.79.0.10", "controller", 0),
+        ("login", "10.79.0.11", "login", 0),
+        ("gpu-001", "10.79.0.21", "compute", 8),
+        ("gpu-002", "10.79.0.22", "compute", 8),
+        ("cpu-001", "10.79.0.31", "compute", 0),
+        ("cpu-002", "10.79.0.32", "compute", 0),
+    ]
+    assert lay.prefix == "cf79" and lay.bridge == "10.79.0.1"
+    assert not any(o.startswith("addresses") for o in lay.overrides)
+    assert any("SlurmdParameters=config_overrides" in o for o in lay.overrides)
+    assert lay.spec["slurm"]["extra_conf"]["SlurmdParameters"] == "config_overrides"
+    # the original file is untouched
+    assert "config_overrides" not in (EXAMPLES / "local.yaml").read_text()
+
+
+def test_another_network_moves_addresses_to_the_same_host_numbers() -> None:
+    lay = plan_layout(EXAMPLES / "local.yaml", "10.81.0.0/24")
+    assert {n.name: n.address for n in lay.nodes}["gpu-002"] == "10.81.0.22"
+    moved = next(o for o in lay.overrides if o.startswith("addresses"))
+    assert "gpu-002 10.79.0.22 -> 10.81.0.22" in moved
+    groups = {g["name"]: g for g in lay.spec["node_groups"]}
+    assert groups["gpu"]["onprem"]["addresses"] == "10.81.0.21,10.81.0.22"
+
+
+def test_hosts_without_addresses_get_free_ones(tmp_path: Path) -> None:
+    data = yaml.safe_load((EXAMPLES / "local.yaml").read_text())
+    for g in data["node_groups"]:
+        g["onprem"].pop("addresses")
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    lay = plan_layout(spec)
+    addrs = [n.address for n in lay.nodes]
+    assert len(set(addrs)) == len(addrs) and all(a.startswith("10.79.0.") for a in addrs)
+    assert "10.79.0.1" not in addrs
+
+
+@pytest.mark.parametrize(
+    ("spec", "net", "message"),
+    [
+        ("p5-training.yaml", "10.79.0.0/24", r"node_groups\[0\] \(.*\) has no onprem hosts"),
+        ("onprem-dgx.yaml", "10.79.0.0/24", r"hosts; a local cluster runs at most 24"),
+        ("amd-mi300x.yaml", "10.79.0.0/24", r"fakes NVIDIA devices only"),
+        ("local.yaml", "10.79.0.0/16", r"must be a private /24"),
+        ("local.yaml", "8.8.8.0/24", r"must be a private /24"),
+        ("local.yaml", "banana", r"is not a network"),
+    ],
+)
+def test_what_cannot_run_locally_is_refused_with_the_fix(spec: str, net: str, message: str) -> None:
+    with pytest.raises(LocalError, match=message):
+        plan_layout(EXAMPLES / spec, net)
+
+
+def test_local_vars_point_at_the_bridge() -> None:
+    v = local_vars("10.83.0")
+    assert v["clusterforge_service_manager"] == "direct"
+    assert v["nvidia_driver_repo_url"] == "http://10.83.0.1:8081/nvidia/"
+
+
+def test_commands_on_a_missing_cluster_say_what_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lc = LocalCluster(tmp_path / "nothing")
+    with pytest.raises(LocalError, match="run `clusterforge local up` first"):
+        lc.status()
+    assert lc.down() == []  # nothing there: down is a no-op, not an error
+    for argv in (["local", "status", "--state", str(tmp_path / "nothing")],
+                 ["local", "run", "--state", str(tmp_path / "nothing"), "--", "true"]):
+        with pytest.raises(SystemExit) as exc:
+            import sys
+
+            sys.argv = ["clusterforge", *argv]
+            cli.main()
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "no local cluster in" in err and "Traceback" not in err
