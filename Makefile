@@ -10,9 +10,10 @@ demo: setup
 	scripts/demo.sh
 
 test: setup
-	python3 -m pytest -q -p no:cacheprovider --durations=25
+	python3 -m pytest -q -p no:cacheprovider --durations=25 -m "not local"
 
-# only the end-to-end local cluster test (tests/test_local_cluster.py): bare nodes -> jobs -> faults -> down
+# the end-to-end local cluster test (tests/test_local_cluster.py): bare nodes -> jobs -> faults -> down.
+# Not in `make test` yet: on a 2-core machine its three site.yml runs on six nodes take about an hour.
 test-local: setup
 	python3 -m pytest -q -p no:cacheprovider -m local
 

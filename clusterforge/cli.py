@@ -300,8 +300,10 @@ def local_up_cmd(
         for f in res.configure.failures:
             err.print(f"failed: {f}", markup=False)
         if not res.configure.ok:
-            err.print(f"the playbook failed; the nodes stay up: fix and re-run `clusterforge local up {spec or ''}`"
-                      f"{' --state ' + str(state) if state else ''}, or `clusterforge local down`", markup=False)
+            again = " ".join(["clusterforge local up", *([str(spec)] if spec else []),
+                              *(["--state", str(state)] if state else [])])
+            err.print(f"the playbook failed; the nodes stay up: fix it and run `{again}` again "
+                      "(it re-runs the playbook), or `clusterforge local down`", markup=False)
             raise typer.Exit(1)
     if not check and not nodes_only:
         st = lc.status()
