@@ -90,6 +90,9 @@ def local_vars(net: str) -> dict[str, Any]:
     return {
         "ansible_user": "root",
         "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
+        # six nodes' sshd on a 2-core machine can miss the 10 s banner timeout while dpkg runs
+        "ansible_ssh_timeout": 60,
+        "ansible_ssh_retries": 3,
         # no init in a local node: daemons run under the roles' clusterforge-svc supervisor
         "clusterforge_service_manager": "direct",
         # the nodes share this machine's kernel and clock: write the files, do not apply them
