@@ -28,4 +28,3 @@ lint:
 bench:
 	python3 benchmarks/render_scale.py
 	python3 benchmarks/plan_scale.py
-	python3 benchmarks/local_cluster.py
