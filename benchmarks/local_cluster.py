@@ -35,7 +35,7 @@ def usable(lc: LocalCluster, timeout: float = 120) -> float:
     """Seconds until ``srun -N4 hostname`` answers from four distinct nodes."""
     t = time.monotonic()
     while time.monotonic() - t < timeout:
-        p = lc.on(lc.submit_node(), "timeout 30 srun -N4 -p gpu,cpu hostname", timeout=45)
+        p = lc.on(lc.submit_node(), "timeout 30 srun -N4 -p all hostname", timeout=45)
         if p.returncode == 0 and len(set(p.stdout.split())) == 4:
             return time.monotonic() - t
         time.sleep(1)

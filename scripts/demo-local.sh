@@ -25,7 +25,7 @@ clusterforge local run --node gpu-001 -- cat "/tmp/demo-$job.out"
 [ "$state" = COMPLETED ]
 echo
 echo "== srun across all four compute nodes"
-run srun -N4 -p gpu,cpu hostname
+run srun -N4 -p all hostname
 echo
 run sinfo -N -o '%N %P %T %G'
 run sacct -X -o JobID,JobName,Partition,NodeList,State
