@@ -14,10 +14,9 @@ demo-local: setup
 	scripts/demo-local.sh
 
 test: setup
-	python3 -m pytest -q -p no:cacheprovider --durations=25 -m "not local"
+	python3 -m pytest -q -p no:cacheprovider --durations=25
 
-# the end-to-end local cluster test (tests/test_local_cluster.py): bare nodes -> jobs -> faults -> down.
-# Not in `make test` yet: on a 2-core machine its three site.yml runs on six nodes take about an hour.
+# only the end-to-end local cluster test (tests/test_local_cluster.py): bare nodes -> jobs -> faults -> down
 test-local: setup
 	python3 -m pytest -q -p no:cacheprovider -m local
 
