@@ -1,7 +1,7 @@
 # clusterforge: the two commands a new user needs (README, first lines).
-#   make demo   set up (apt + pip, as root) and run the main job on the built-in examples
+#   make demo   set up (apt + pip, as root), build the local 6-node GPU Slurm cluster, run jobs on it
 #   make test   set up and run the whole test-suite (what CI runs)
-.PHONY: setup demo demo-local test test-local lint bench
+.PHONY: setup demo demo-render test test-local lint bench
 
 setup:
 	scripts/setup-deps.sh
@@ -9,9 +9,9 @@ setup:
 demo: setup
 	scripts/demo.sh
 
-# the local GPU Slurm cluster (clusterforge local up) and jobs on it; not yet green end to end
-demo-local: setup
-	scripts/demo-local.sh
+# validate and render every example, check the local render with real daemons, plan p5 offline
+demo-render: setup
+	scripts/demo-render.sh
 
 test: setup
 	python3 -m pytest -q -p no:cacheprovider --durations=25
