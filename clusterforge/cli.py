@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -18,6 +18,9 @@ from rich.console import Console
 from clusterforge.errors import ClusterforgeError
 from clusterforge.spec import Cluster, Level, load_spec, validate
 from clusterforge.spec.types import SLURM_VERSIONS
+
+if TYPE_CHECKING:  # the local package is imported lazily: it is root-only and unused by most commands
+    from clusterforge.local import LocalCluster
 
 app = typer.Typer(
     name="clusterforge",
@@ -265,7 +268,7 @@ StateOpt = Annotated[
 ]
 
 
-def _local(state: Path | None):  # type: ignore[no-untyped-def]
+def _local(state: Path | None) -> LocalCluster:
     from clusterforge.local import LocalCluster
 
     return LocalCluster(state)

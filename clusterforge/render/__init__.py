@@ -6,6 +6,7 @@ Ansible roles (through the manifest). Nothing else formats a Slurm or NCCL line.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import jinja2
 from clusterforge import hostlist
 from clusterforge.catalog import HardwareProfile, get_profile
 from clusterforge.errors import RenderError
+from clusterforge.render.alerts import RULES_PATH, alert_groups
 from clusterforge.render.model import ClusterModel, PartitionModel, build_nodeset
 from clusterforge.render.nccl import nccl_plan
 from clusterforge.render.result import RenderedFile, RenderResult
@@ -40,7 +42,7 @@ HEALTHCHECK_PATH = "/usr/local/sbin/clusterforge-healthcheck"
 def _env() -> jinja2.Environment:
     if not TEMPLATES.is_dir():
         raise RenderError(f"templates folder {TEMPLATES} is missing; install clusterforge from its checkout")
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -48,6 +50,10 @@ def _env() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,  # config files, not HTML
     )
+    # A double-quoted YAML scalar (JSON string syntax), readable: Jinja's tojson escapes < > & '
+    # for HTML, which would print PromQL's "< 8" as "\u003c 8".
+    env.filters["q"] = lambda s: json.dumps(str(s), ensure_ascii=False)
+    return env
 
 
 def _profiles(cluster: Cluster, facts_dir: Path | None) -> dict[str, HardwareProfile]:
@@ -222,6 +228,10 @@ def render_cluster(
                 gpu_devices=list(n.gpus.device_paths) if n.gpus else [],
                 gpu_vendor=n.gpus.vendor if n.gpus else "", mounts=[s.mount for s in c.storage],
                 required_files=[])
+    rule_groups = alert_groups(m)
+    if rule_groups:
+        add("prometheus/alerts.yml", "prometheus-alerts.yml.j2", RULES_PATH, ctl_groups, ("prometheus",),
+            path=RULES_PATH, groups=rule_groups)
     notes = tuple(
         f"{n.group}: {n.profile.name} socket layout unknown, slurm.conf has CPUs={n.cpus} only"
         for n in m.nodesets
