@@ -90,6 +90,16 @@ def wait_for(what: str, probe: Any, timeout: float, every: float = 2.0) -> Any:
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+def prometheus(lc: LocalCluster, path: str) -> Any:
+    """The ``data`` of a Prometheus API answer from the monitoring server (ctl)."""
+    return json.loads(sh(lc, "ctl", f"curl -sf http://localhost:9090/api/v1/{path}"))["data"]
+
+
+def alerts(lc: LocalCluster, name: str) -> list[dict[str, Any]]:
+    """Active (pending or firing) alerts called ``name``."""
+    return [a for a in prometheus(lc, "alerts")["alerts"] if a["labels"]["alertname"] == name]
+
+
 def node_state(lc: LocalCluster, node: str) -> str:
     out = sh(lc, "login", f"scontrol show node {node} --oneliner")
     m = re.search(r"State=(\S+)", out)
@@ -232,11 +242,16 @@ def test_failing_health_check_drains_the_node_with_a_reason(cluster: tuple[Local
         wait_for("gpu-002 DRAIN", lambda: "DRAIN" in node_state(lc, "gpu-002"), 30, every=1)
         reason = sh(lc, "login", "sinfo -h -n gpu-002 -o '%E'").strip()
         assert reason == "clusterforge-healthcheck: GPU device /dev/nvidia3 missing (expected 8)", reason
+        # the same fault reaches monitoring: dcgm-exporter reports 7 GPUs, the rendered rule alerts
+        got = wait_for("GpuMissing for gpu-002", lambda: alerts(lc, "GpuMissing"), 60)
+        assert [(a["labels"]["instance"], a["labels"]["node_group"]) for a in got] == [("gpu-002", "gpu")], got
+        assert got[0]["annotations"]["summary"] == "gpu-002: 7 of 8 h100 GPUs report"
     finally:
         lc.on("gpu-002", "mv /dev/nvidia3.gone /dev/nvidia3")
     assert lc.on("gpu-002", "/usr/local/sbin/clusterforge-healthcheck").returncode == 0
     sh(lc, "login", "scontrol update NodeName=gpu-002 State=RESUME")
     wait_for("gpu-002 back to idle", lambda: node_state(lc, "gpu-002") == "IDLE", 30, every=1)
+    wait_for("GpuMissing resolved", lambda: not alerts(lc, "GpuMissing"), 60)
 
 
 def test_restarting_slurmctld_loses_no_job(cluster: tuple[LocalCluster, Runs]) -> None:
@@ -257,39 +272,48 @@ def test_restarting_slurmctld_loses_no_job(cluster: tuple[LocalCluster, Runs]) -
 
 
 def test_prometheus_scrapes_every_node_and_alerts_on_a_lost_one(cluster: tuple[LocalCluster, Runs]) -> None:
-    """The monitoring role's Prometheus (on ctl) scrapes every node and loads the rendered rules;
-    a node exporter that stops raises NodeExporterDown for exactly that node."""
+    """The monitoring role's Prometheus (on ctl) scrapes every exporter and evaluates the rendered
+    rules; a node exporter that stops, and an Xid a GPU reports, each alert for exactly that node."""
     lc, _ = cluster
 
-    def api(path: str) -> Any:
-        return json.loads(sh(lc, "ctl", f"curl -sf http://localhost:9090/api/v1/{path}"))["data"]
-
-    def node_targets() -> dict[str, str]:
-        return {t["labels"]["instance"]: t["health"] for t in api("targets?state=active")["activeTargets"]
-                if t["labels"]["job"] == "node"}
+    def targets() -> dict[tuple[str, str], str]:
+        return {(t["labels"]["job"], t["labels"]["instance"]): t["health"]
+                for t in prometheus(lc, "targets?state=active")["activeTargets"]}
 
     def evaluated() -> dict[str, str] | None:
-        health = {r["name"]: r["health"] for g in api("rules")["groups"] for r in g["rules"]}
+        health = {r["name"]: r["health"] for g in prometheus(lc, "rules")["groups"] for r in g["rules"]}
         return health if health and "unknown" not in health.values() else None
 
-    def down_alerts() -> list[dict[str, Any]]:
-        return [a for a in api("alerts")["alerts"] if a["labels"]["alertname"] == "NodeExporterDown"]
-
-    wait_for("every node exporter scraped", lambda: node_targets() == {n: "up" for n in NODES}, 60)
+    want = {("node", n): "up" for n in NODES} | {("dcgm", n): "up" for n in ("gpu-001", "gpu-002")}
+    wait_for("every exporter scraped", lambda: {k: v for k, v in targets().items() if k[0] != "prometheus"} == want, 60)
     health = wait_for("the rendered rules evaluated", evaluated, 60)
-    # examples/local.yaml has no dcgm-exporter and no shared storage: the two node rules only
-    assert health == {"NodeExporterDown": "ok", "NodeRootFilesystemFull": "ok"}, health
+    rendered = (lc.state / "inventory" / "local.render" / "prometheus" / "alerts.yml").read_text()
+    assert set(health) == set(re.findall(r"- alert: (\w+)", rendered)) and set(health.values()) == {"ok"}, health
+
     sh(lc, "cpu-002", "clusterforge-svc stop node-exporter")
     try:
-        got = wait_for("NodeExporterDown for cpu-002", down_alerts, 60)
+        got = wait_for("NodeExporterDown for cpu-002", lambda: alerts(lc, "NodeExporterDown"), 60)
         assert [(a["labels"]["instance"], a["labels"]["node_group"], a["labels"]["severity"]) for a in got] == [
             ("cpu-002", "cpu", "critical")], got
         assert got[0]["state"] in ("pending", "firing")  # firing after three missed scrapes (120 s)
         assert got[0]["annotations"]["summary"] == "cpu-002 (cpu): node exporter has not answered for three scrapes"
     finally:
         lc.on("cpu-002", "clusterforge-svc start node-exporter")
-    wait_for("cpu-002 scraped again", lambda: node_targets().get("cpu-002") == "up", 60)
-    wait_for("NodeExporterDown resolved", lambda: not down_alerts(), 60)
+    wait_for("cpu-002 scraped again", lambda: targets().get(("node", "cpu-002")) == "up", 60)
+    wait_for("NodeExporterDown resolved", lambda: not alerts(lc, "NodeExporterDown"), 60)
+
+    # Xid 79 on gpu-001's GPU 5 (the stand-in exporter reports what the test writes): the alert
+    # fires at once (no `for`), names the GPU and the action
+    sh(lc, "gpu-001", "mkdir -p /run/dcgm-standin && echo 79 > /run/dcgm-standin/xid-5")
+    try:
+        got = wait_for("GpuXidFellOffBus firing", lambda: [a for a in alerts(lc, "GpuXidFellOffBus")
+                                                           if a["state"] == "firing"], 60)
+        assert [(a["labels"]["instance"], a["labels"]["gpu"]) for a in got] == [("gpu-001", "5")], got
+        assert got[0]["annotations"]["action"] == "the GPU fell off the bus: drain the node and reboot it"
+        assert not alerts(lc, "GpuXidOther")
+    finally:
+        lc.on("gpu-001", "rm -f /run/dcgm-standin/xid-5")
+    wait_for("GpuXidFellOffBus resolved", lambda: not alerts(lc, "GpuXidFellOffBus"), 60)
 
 
 # --------------------------------------------------------------------------- idempotence

@@ -48,19 +48,32 @@ NVSMI='#!/bin/bash
 # stand-in nvidia-smi: lists the GPU device nodes like `nvidia-smi -L`; nothing else
 case "${1:-}" in -L|"") ;; *) echo "stand-in nvidia-smi: $* is not supported" >&2; exit 2 ;; esac
 i=0
-for d in /dev/nvidia[0-9]*; do [ -c "$d" ] || continue
+for d in /dev/nvidia[0-9]*; do [[ $d =~ ^/dev/nvidia[0-9]+$ && -c $d ]] || continue
   echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-standin-$(hostname)-$i)"; i=$((i+1)); done
 [ $i -gt 0 ] || { echo "No devices were found"; exit 6; }'
 
 EXPORTER='#!/usr/bin/env python3
-"""stand-in dcgm-exporter: Prometheus metrics for each /dev/nvidiaN on :9400/metrics"""
-import glob, http.server, socket
-gpus = sorted(int(p[len("/dev/nvidia"):]) for p in glob.glob("/dev/nvidia[0-9]*"))
+"""stand-in dcgm-exporter: Prometheus metrics for each /dev/nvidiaN on :9400/metrics
+
+Read at every scrape, like the real exporter reads DCGM: a device node that disappears (a GPU
+fallen off the bus) drops its series. DCGM_FI_DEV_XID_ERRORS is 0 unless a test writes a code
+into /run/dcgm-standin/xid-<gpu> (the fault a real GPU reports through the driver)."""
+import glob, http.server, re, socket
 host = socket.gethostname()
+def xid(g):
+    try:
+        return int(open(f"/run/dcgm-standin/xid-{g}").read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        # /dev/nvidiaN only: not nvidiactl, nvidia-uvm or a renamed node like nvidia3.gone
+        gpus = sorted(int(m[1]) for p in glob.glob("/dev/nvidia*") if (m := re.fullmatch(r"/dev/nvidia(\d+)", p)))
+        lab = lambda g: f"gpu=\"{g}\",UUID=\"GPU-standin-{host}-{g}\",Hostname=\"{host}\",modelName=\"NVIDIA H100 80GB HBM3\""
         body = "# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).\n# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"
-        body += "".join(f"DCGM_FI_DEV_GPU_TEMP{{gpu=\"{g}\",Hostname=\"{host}\",modelName=\"NVIDIA H100 80GB HBM3\"}} 31\n" for g in gpus)
+        body += "".join(f"DCGM_FI_DEV_GPU_TEMP{{{lab(g)}}} 31\n" for g in gpus)
+        body += "# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.\n# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n"
+        body += "".join(f"DCGM_FI_DEV_XID_ERRORS{{{lab(g)}}} {xid(g)}\n" for g in gpus)
         self.send_response(200); self.send_header("Content-Type", "text/plain; version=0.0.4"); self.end_headers()
         self.wfile.write(body.encode())
     def log_message(self, *a): pass
@@ -101,7 +114,8 @@ pkg datacenter-gpu-manager-4-core 1:4.1.1-1 "" "DCGM core" "$N" /usr/bin/nv-host
 echo "dcgmi stand-in: $*"'
 pkg datacenter-gpu-manager-4-cuda12 1:4.1.1-1 "datacenter-gpu-manager-4-core (= 1:4.1.1-1)" "DCGM for CUDA 12" "$N"
 pkg datacenter-gpu-manager-exporter 4.1.1-4.0.4-1 "python3" "DCGM exporter" "$N" /usr/bin/dcgm-exporter 0755 "$EXPORTER" \
-  /etc/dcgm-exporter/default-counters.csv 0644 "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C)."
+  /etc/dcgm-exporter/default-counters.csv 0644 "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).
+DCGM_FI_DEV_XID_ERRORS, gauge, Value of the last XID error encountered."
 (cd "$N" && apt-ftparchive packages . > Packages && gzip -9kf Packages \
   && apt-ftparchive -o APT::FTPArchive::Release::Origin=standin-nvidia release . > Release \
   && gpg --batch --yes --local-user "$KEYID" --clearsign -o InRelease Release)
