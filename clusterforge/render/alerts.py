@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from clusterforge.render.model import ClusterModel
 
-#: Where the monitoring role installs the rules (prometheus.yml loads /etc/prometheus/rules/*.yml).
+#: Where the rules go on the monitoring server; the role installs them there and lists them in
+#: prometheus.yml's rule_files (both read this path from the manifest).
 RULES_PATH = "/etc/prometheus/rules/clusterforge.yml"
 
 #: Xid codes whose action is known (aws-samples health-check suite, facts.md §5).
