@@ -16,6 +16,16 @@ if [ -n "$missing" ]; then
   timeout 600 apt-get update -qq
   timeout 900 apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
+# The Python side needs python3 >= 3.11 with pip, installing where `python3` imports from: true
+# on this project's machines (Debian 12, a pyenv Python 3.11). Debian's own python3 refuses
+# system-wide pip installs (PEP 668); there, activate a virtualenv first and run this again.
+if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "setup-deps: python3 is $(python3 -V 2>&1); clusterforge needs Python >= 3.11" >&2; exit 2
+fi
+if ! python3 -m pip --version >/dev/null 2>&1; then
+  echo "setup-deps: python3 has no pip: apt-get install python3-pip python3-venv, then" \
+       "python3 -m venv .venv && . .venv/bin/activate, and run this again" >&2; exit 2
+fi
 if ! python3 -c "import clusterforge, pulumi_aws, ansible_runner" 2>/dev/null \
    || ! pip check >/dev/null 2>&1; then
   echo "setup-deps: pip install -r requirements-ci.txt -e ."

@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "examples" / "local.yaml"
 NET = "10.81.0.0/24"  # not the demo's 10.79.0.0/24
 NODES = ["ctl", "login", "gpu-001", "gpu-002", "cpu-001", "cpu-002"]
+CLI = [sys.executable, "-c", "from clusterforge.cli import main; main()"]  # the `clusterforge` command
 
 pytestmark = [pytest.mark.local]
 _why = missing_prerequisites()
@@ -88,6 +91,15 @@ def wait_for(what: str, probe: Any, timeout: float, every: float = 2.0) -> Any:
             return last
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def cli(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *argv], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def netns_list() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    return [ln.split()[0] for ln in out.splitlines() if ln.strip()]
 
 
 def prometheus(lc: LocalCluster, path: str) -> Any:
@@ -170,6 +182,26 @@ def test_jobs_run_across_nodes(cluster: tuple[LocalCluster, Runs]) -> None:
     assert sorted(sh(lc, "login", "srun -N4 -p all hostname").split()) == ["cpu-001", "cpu-002", "gpu-001", "gpu-002"]
     out = sh(lc, "login", "srun -N2 -p gpu --gpus-per-node=2 bash -c 'echo $(hostname) $CUDA_VISIBLE_DEVICES'")
     assert sorted(out.splitlines()) == ["gpu-001 0,1", "gpu-002 0,1"]
+
+
+def test_user_commands_status_run_and_ssh(cluster: tuple[LocalCluster, Runs]) -> None:
+    """The commands a user types (`clusterforge local status|run|ssh`), as subprocesses."""
+    lc, _ = cluster
+    st = cli("local", "status", "--json", "--state", str(lc.state))
+    assert st.returncode == 0, st.stderr
+    data = json.loads(st.stdout)
+    assert data["up"] and {n: v["running"] for n, v in data["nodes"].items()} == dict.fromkeys(NODES, True)
+    assert data["nodes"]["gpu-001"]["gpus"] == 8 and data["nodes"]["cpu-001"]["gpus"] == 0
+    assert re.search(r"^gpu-001 gpu\*? idle gpu:h100:8", data["sinfo"], re.M), data["sinfo"]
+    text = cli("local", "status", "--state", str(lc.state))
+    assert text.returncode == 0 and "(up)" in text.stdout and "STOPPED" not in text.stdout, text.stdout
+    run = cli("local", "run", "--state", str(lc.state), "--", "srun", "-N2", "-p", "gpu", "hostname")
+    assert run.returncode == 0, run.stderr
+    assert sorted(run.stdout.split()) == ["gpu-001", "gpu-002"]
+    on = cli("local", "run", "--node", "cpu-002", "--state", str(lc.state), "--", "hostname")
+    assert (on.returncode, on.stdout.strip()) == (0, "cpu-002"), on.stderr
+    ssh = cli("local", "ssh", "gpu-001", "--state", str(lc.state), "--", "ls /dev | grep -c -E '^nvidia[0-9]+$'")
+    assert (ssh.returncode, ssh.stdout.strip()) == (0, "8"), ssh.stderr
 
 
 def test_gpu_batch_job_gets_the_rendered_nccl_environment(cluster: tuple[LocalCluster, Runs]) -> None:
@@ -353,8 +385,7 @@ def test_down_removes_everything_and_is_safe_twice(cluster: tuple[LocalCluster, 
     assert not lc.state.exists()
     for pid in pids:
         wait_for(f"pid {pid} gone", lambda pid=pid: not _alive(pid), 15, every=0.5)
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
-    assert not any(ns in listed.split() for ns in netns), listed
+    assert not set(netns) & set(netns_list())
     assert not [c for c in Path("/sys/fs/cgroup").glob("*/slurm_*") if c.name[6:] in NODES]
     mounts = Path("/proc/self/mountinfo").read_text()
     assert str(lc.state) not in mounts
@@ -368,3 +399,27 @@ def _alive(pid: int) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+def test_down_after_a_crashed_up_removes_what_it_made(tmp_path: Path) -> None:
+    """`up` killed half-way (its whole process group, as a closed terminal or an OOM kill would):
+    `down` still removes every namespace and process it had made, from the state folder."""
+    state = tmp_path / "state"
+    up = subprocess.Popen([*CLI, "local", "up", str(SPEC), "--nodes-only", "--net", "10.83.0.0/24",
+                           "--state", str(state)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          start_new_session=True)
+    try:
+        # kill it once three namespaces exist (the bridge's and two nodes'), before the other four
+        wait_for("up half-way", lambda: len([n for n in netns_list() if n.startswith("cf83-")]) >= 3, 120, every=0.05)
+    finally:
+        os.killpg(up.pid, signal.SIGKILL)
+        up.wait(30)
+    left = [n for n in netns_list() if n.startswith("cf83-")]
+    assert 3 <= len(left) < 7, left  # a half-made cluster: something for down to remove
+    down = cli("local", "down", "--state", str(state))
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert not [n for n in netns_list() if n.startswith("cf83-")]
+    assert not state.exists()
+    assert subprocess.run(["pgrep", "-f", str(state)], capture_output=True, check=False).returncode == 1
+    assert str(state) not in Path("/proc/self/mountinfo").read_text()
+    assert cli("local", "down", "--state", str(state)).returncode == 0  # and again
