@@ -129,7 +129,7 @@ def main() -> int:
 
     t0, c0 = time.perf_counter(), _cpu()
     from clusterforge.plan import build_plan
-    from clusterforge.spec.models import Cluster
+    from clusterforge.clusterspec.models import Cluster
 
     import_s, import_cpu = time.perf_counter() - t0, _cpu() - c0
     t = time.perf_counter()

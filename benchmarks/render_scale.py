@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from clusterforge.render import render_cluster  # noqa: E402
-from clusterforge.spec import parse_spec, validate  # noqa: E402
+from clusterforge.clusterspec import parse_spec, validate  # noqa: E402
 
 
 def synthetic_spec() -> dict[str, Any]:

@@ -16,8 +16,8 @@ import typer
 from rich.console import Console
 
 from clusterforge.errors import ClusterforgeError
-from clusterforge.spec import Cluster, Level, load_spec, validate
-from clusterforge.spec.types import SLURM_VERSIONS
+from clusterforge.clusterspec import Cluster, Level, load_spec, validate
+from clusterforge.clusterspec.types import SLURM_VERSIONS
 
 if TYPE_CHECKING:  # the local package is imported lazily: it is root-only and unused by most commands
     from clusterforge.local import LocalCluster
@@ -381,7 +381,7 @@ def local_down_cmd(state: StateOpt = None) -> None:
 @app.command("schema")
 def schema_cmd() -> None:
     """Print the spec's JSON Schema (the checked-in copy is schema/cluster.schema.json)."""
-    from clusterforge.spec.schema import schema_text
+    from clusterforge.clusterspec.schema import schema_text
 
     sys.stdout.write(schema_text())
 

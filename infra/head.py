@@ -14,7 +14,7 @@ import pulumi_aws as aws
 
 from clusterforge.aws import layout
 from clusterforge.aws.userdata import user_data
-from clusterforge.spec.models import Cluster, NodeGroup
+from clusterforge.clusterspec.models import Cluster, NodeGroup
 from infra.common import TOKEN_PREFIX, child_opts, instance_tags
 
 

@@ -11,7 +11,7 @@ import pulumi_aws as aws
 
 from clusterforge.aws import iam as docs
 from clusterforge.aws.layout import aws_section, cloud_groups
-from clusterforge.spec.models import Cluster
+from clusterforge.clusterspec.models import Cluster
 from infra.common import TOKEN_PREFIX, child_opts, cluster_tags
 
 

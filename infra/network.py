@@ -8,7 +8,7 @@ import pulumi
 import pulumi_aws as aws
 
 from clusterforge.aws import layout
-from clusterforge.spec.models import Cluster
+from clusterforge.clusterspec.models import Cluster
 from infra.common import TOKEN_PREFIX, child_opts, cluster_tags
 
 

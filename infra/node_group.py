@@ -18,7 +18,7 @@ from clusterforge.aws import layout
 from clusterforge.aws.efa import NetworkInterfaceSlot, efa_interfaces, primary_interface
 from clusterforge.aws.userdata import user_data_base64
 from clusterforge.catalog import get_profile
-from clusterforge.spec.models import Cluster, NodeGroup
+from clusterforge.clusterspec.models import Cluster, NodeGroup
 from infra.common import TOKEN_PREFIX, child_opts, cluster_tags, instance_tags
 
 CapacityType = Literal["on_demand", "spot", "capacity_block", "reservation"]

@@ -16,7 +16,7 @@ import pulumi_aws as aws
 from clusterforge import hostlist
 from clusterforge.aws import layout
 from clusterforge.aws import outputs as out
-from clusterforge.spec.models import Cluster
+from clusterforge.clusterspec.models import Cluster
 from infra.common import TOKEN_PREFIX, child_opts
 from infra.head import HeadNodes, HeadNodesArgs
 from infra.iam import Iam, IamArgs

@@ -14,7 +14,7 @@ import pulumi
 import pulumi_aws as aws
 
 from clusterforge.aws.layout import aws_section, cloud_groups, onprem_cidrs
-from clusterforge.spec.models import Cluster, Efs, FsxLustre
+from clusterforge.clusterspec.models import Cluster, Efs, FsxLustre
 from infra.common import TOKEN_PREFIX, child_opts, cluster_tags
 
 #: Lustre: LNet on TCP 988, plus 1018-1023 for the FSx servers (FSx for Lustre user guide,

@@ -11,7 +11,7 @@ import pulumi
 import pulumi_aws as aws
 
 from clusterforge.aws import layout
-from clusterforge.spec.models import Cluster, Efs, FsxLustre
+from clusterforge.clusterspec.models import Cluster, Efs, FsxLustre
 from infra.common import TOKEN_PREFIX, child_opts, cluster_tags
 
 

@@ -26,8 +26,8 @@ from clusterforge.plan.mocks import (
     RecordingMonitor,
     run_program,
 )
-from clusterforge.spec import load_spec
-from clusterforge.spec.models import Cluster
+from clusterforge.clusterspec import load_spec
+from clusterforge.clusterspec.models import Cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

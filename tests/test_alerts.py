@@ -23,7 +23,7 @@ import yaml
 from clusterforge.diff.impact import ImpactClass, classify_file
 from clusterforge.render import render_cluster
 from clusterforge.render.writer import render_tree
-from clusterforge.spec import load_spec
+from clusterforge.clusterspec import load_spec
 
 from .conftest import EXAMPLES, ROOT
 

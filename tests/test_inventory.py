@@ -18,7 +18,7 @@ from clusterforge.inventory import (
     generate_inventory,
     group_name,
 )
-from clusterforge.spec import load_spec
+from clusterforge.clusterspec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

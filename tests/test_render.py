@@ -21,7 +21,7 @@ from clusterforge.errors import ClusterforgeError
 from clusterforge.render import build_model, render_cluster
 from clusterforge.render.versions import FEATURES, has
 from clusterforge.render.writer import MANIFEST, render_tree, write_render
-from clusterforge.spec import load_spec
+from clusterforge.clusterspec import load_spec
 
 from .conftest import EXAMPLE_SPECS, EXAMPLES, ROOT
 
@@ -98,7 +98,7 @@ def test_killed_render_leaves_previous_output(tmp_path: Path) -> None:
         from pathlib import Path
         import clusterforge.render.writer as w
         from clusterforge.render import render_cluster
-        from clusterforge.spec import load_spec
+        from clusterforge.clusterspec import load_spec
         real_fsync = os.fsync
         count = 0
         def fsync(fd):
@@ -156,7 +156,7 @@ def test_unknown_affinity_leaves_cores_out() -> None:
     data["node_groups"][2]["cloud"]["instance_type"] = "g5.48xlarge"
     data["node_groups"][2]["cloud"]["capacity"] = {"type": "on_demand"}
     data["node_groups"][2]["cloud"]["placement_group"] = True
-    from clusterforge.spec import parse_spec
+    from clusterforge.clusterspec import parse_spec
 
     text = render_tree(render_cluster(parse_spec(data), base_dir=EXAMPLES))["slurm/gres.conf"].decode()
     lines = [ln for ln in text.splitlines() if ln.startswith("NodeName=")]
@@ -241,7 +241,7 @@ def test_block_topology_for_2405(tmp_path: Path) -> None:
     ],
 )
 def test_version_gates(version: str, feature: str, expected: bool) -> None:
-    from clusterforge.spec.types import version_tuple
+    from clusterforge.clusterspec.types import version_tuple
 
     assert feature in FEATURES
     assert has(version_tuple(version), feature) is expected

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from clusterforge.cli import main
 from clusterforge.errors import SpecError
-from clusterforge.spec import Level, load_spec, parse_spec, validate
-from clusterforge.spec.rules import RULES
-from clusterforge.spec.schema import schema_text
+from clusterforge.clusterspec import Level, load_spec, parse_spec, validate
+from clusterforge.clusterspec.rules import RULES
+from clusterforge.clusterspec.schema import schema_text
 
 from .conftest import EXAMPLE_SPECS, EXAMPLES, ROOT
 

@@ -10,7 +10,7 @@ import ipaddress
 
 from clusterforge import hostlist
 from clusterforge.errors import ClusterforgeError
-from clusterforge.spec.models import Aws, Cluster, NodeGroup, OsName, Subnet
+from clusterforge.clusterspec.models import Aws, Cluster, NodeGroup, OsName, Subnet
 
 
 class LayoutError(ClusterforgeError, ValueError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 
-from clusterforge.spec.models import OsName
+from clusterforge.clusterspec.models import OsName
 
 
 def user_data(*, cluster: str, group: str, role: str, os: OsName) -> str:

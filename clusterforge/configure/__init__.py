@@ -210,7 +210,7 @@ def configure(
         raise ConfigureError("ansible-playbook is not on PATH: pip install ansible-core (in this environment)")
 
     from clusterforge.inventory import generate_inventory
-    from clusterforge.spec import load_spec
+    from clusterforge.clusterspec import load_spec
 
     spec_path = Path(spec_path)
     cluster = load_spec(spec_path)

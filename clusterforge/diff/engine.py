@@ -27,7 +27,7 @@ from clusterforge.diff.sides import (
 from clusterforge.errors import ClusterforgeError
 from clusterforge.plan.model import CostEstimate
 from clusterforge.render.result import RenderResult
-from clusterforge.spec import Cluster, Finding, Level, load_spec, validate
+from clusterforge.clusterspec import Cluster, Finding, Level, load_spec, validate
 
 
 @dataclass

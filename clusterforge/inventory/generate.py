@@ -16,7 +16,7 @@ from clusterforge import hostlist
 from clusterforge.aws import outputs as out
 from clusterforge.catalog import get_profile
 from clusterforge.errors import ClusterforgeError
-from clusterforge.spec.models import Cluster, NodeGroup
+from clusterforge.clusterspec.models import Cluster, NodeGroup
 
 #: Bumped when the contract with the roles changes; ``validate.yml`` checks it.
 INVENTORY_VERSION = 1
@@ -381,7 +381,7 @@ def generate_inventory(
     render: bool = True,
 ) -> InventoryResult:
     """Load the spec, render it (unless ``manifest_dir`` is given) and write the inventory folder."""
-    from clusterforge.spec import load_spec
+    from clusterforge.clusterspec import load_spec
 
     spec_path = Path(spec_path)
     cluster = load_spec(spec_path)

@@ -23,7 +23,7 @@ import yaml
 from clusterforge import hostlist
 from clusterforge.catalog import get_profile
 from clusterforge.errors import ClusterforgeError
-from clusterforge.spec import load_spec
+from clusterforge.clusterspec import load_spec
 
 #: the default local network: NET.1 is the bridge (repository, Ansible side), nodes from NET.10
 DEFAULT_NET = "10.79.0.0/24"

@@ -10,7 +10,7 @@ API for the CLI (``clusterforge plan SPEC [--json]``)::
 
     from clusterforge.plan import build_plan, format_text, to_json
 
-    plan = build_plan(cluster, spec_path=path)      # -> Plan; cluster: clusterforge.spec.Cluster
+    plan = build_plan(cluster, spec_path=path)      # -> Plan; cluster: clusterforge.clusterspec.Cluster
     print(format_text(plan), end="")                # human-readable tree, counts, files, cost
     print(to_json(plan), end="")                    # stable, sorted JSON (``--json``)
 
@@ -40,7 +40,7 @@ from clusterforge.plan.model import (
 from clusterforge.plan.text import format_text, to_dict, to_json
 
 if TYPE_CHECKING:
-    from clusterforge.spec.models import Cluster
+    from clusterforge.clusterspec.models import Cluster
 
 __all__ = [
     "SECRET",

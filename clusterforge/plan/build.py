@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from clusterforge.aws import layout
 from clusterforge.plan.cost import estimate_cost
 from clusterforge.plan.model import Plan, PlanError, PlannedFile, PlannedResource
-from clusterforge.spec.models import Cluster
+from clusterforge.clusterspec.models import Cluster
 
 if TYPE_CHECKING:
     from clusterforge.plan.mocks import Recording

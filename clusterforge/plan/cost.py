@@ -9,7 +9,7 @@ from __future__ import annotations
 from clusterforge.aws import layout
 from clusterforge.catalog.prices import PriceTable, load_prices
 from clusterforge.plan.model import CostEstimate, CostLine
-from clusterforge.spec.models import Cluster, Efs, FsxLustre
+from clusterforge.clusterspec.models import Cluster, Efs, FsxLustre
 
 
 def estimate_cost(cluster: Cluster, prices: PriceTable | None = None) -> CostEstimate:

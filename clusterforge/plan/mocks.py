@@ -31,7 +31,7 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from clusterforge.plan.model import SECRET, UNKNOWN
-from clusterforge.spec.models import Cluster
+from clusterforge.clusterspec.models import Cluster
 
 __all__ = ["SECRET", "UNKNOWN", "RecordedResource", "Recording", "RecordingMocks", "run_program"]
 

@@ -30,8 +30,8 @@ from clusterforge.render.slurm import (
 )
 from clusterforge.render.topology import build_topology
 from clusterforge.render.versions import has
-from clusterforge.spec.models import Cluster
-from clusterforge.spec.types import version_tuple
+from clusterforge.clusterspec.models import Cluster
+from clusterforge.clusterspec.types import version_tuple
 
 __all__ = ["RenderResult", "RenderedFile", "build_model", "render_cluster"]
 

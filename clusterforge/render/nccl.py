@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from clusterforge.render.model import NodeSet
 from clusterforge.render.slurm import Setting
-from clusterforge.spec.models import Cluster
-from clusterforge.spec.types import version_tuple
+from clusterforge.clusterspec.models import Cluster
+from clusterforge.clusterspec.types import version_tuple
 
 OFI_PREFIX = "/opt/amazon/ofi-nccl"
 EFA_PREFIX = "/opt/amazon/efa"

@@ -14,7 +14,7 @@ from pathlib import Path
 from clusterforge import hostlist
 from clusterforge.errors import RenderError
 from clusterforge.render.model import BlockModel, NodeSet, SwitchModel, TopologyModel
-from clusterforge.spec.models import Cluster
+from clusterforge.clusterspec.models import Cluster
 
 UNPLACED = "unplaced"
 EC2_ROOT = "ec2-root"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from clusterforge.spec.models import Cluster
+from clusterforge.clusterspec.models import Cluster
 
 
 def schema_text() -> str:

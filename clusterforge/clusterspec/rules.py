@@ -17,8 +17,8 @@ from pathlib import Path
 
 from clusterforge import hostlist
 from clusterforge.catalog import get_profile, profile_names
-from clusterforge.spec.models import Cluster, NodeGroup
-from clusterforge.spec.types import version_tuple
+from clusterforge.clusterspec.models import Cluster, NodeGroup
+from clusterforge.clusterspec.types import version_tuple
 
 
 class Level(StrEnum):

@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from clusterforge.errors import SpecError
-from clusterforge.spec.models import Cluster
+from clusterforge.clusterspec.models import Cluster
 
 
 def _path(loc: tuple[int | str, ...]) -> str:

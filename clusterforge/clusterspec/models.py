@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from clusterforge import hostlist
-from clusterforge.spec.types import (
+from clusterforge.clusterspec.types import (
     AbsPath,
     AddressList,
     Cidr,
