@@ -128,8 +128,8 @@ def main() -> int:
     warnings.simplefilter("ignore", DeprecationWarning)  # pulumi_aws import noise
 
     t0, c0 = time.perf_counter(), _cpu()
-    from clusterforge.plan import build_plan
     from clusterforge.clusterspec.models import Cluster
+    from clusterforge.plan import build_plan
 
     import_s, import_cpu = time.perf_counter() - t0, _cpu() - c0
     t = time.perf_counter()

@@ -20,8 +20,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from clusterforge.render import render_cluster  # noqa: E402
 from clusterforge.clusterspec import parse_spec, validate  # noqa: E402
+from clusterforge.render import render_cluster  # noqa: E402
 
 
 def synthetic_spec() -> dict[str, Any]:

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from clusterforge.errors import ClusterforgeError
 from clusterforge.clusterspec import Cluster, Level, load_spec, validate
 from clusterforge.clusterspec.types import SLURM_VERSIONS
+from clusterforge.errors import ClusterforgeError
 
 if TYPE_CHECKING:  # the local package is imported lazily: it is root-only and unused by most commands
     from clusterforge.local import LocalCluster

@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from clusterforge.errors import SpecError  # noqa: E402
 from clusterforge.clusterspec import load_spec  # noqa: E402
+from clusterforge.errors import SpecError  # noqa: E402
 from infra.program import deploy, required_secrets  # noqa: E402
 
 config = pulumi.Config("clusterforge")

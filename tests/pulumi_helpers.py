@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from clusterforge.clusterspec import load_spec
+from clusterforge.clusterspec.models import Cluster
 from clusterforge.plan.mocks import (
     RecordedResource,
     Recording,
@@ -26,8 +28,6 @@ from clusterforge.plan.mocks import (
     RecordingMonitor,
     run_program,
 )
-from clusterforge.clusterspec import load_spec
-from clusterforge.clusterspec.models import Cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

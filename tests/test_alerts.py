@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from clusterforge.clusterspec import load_spec
 from clusterforge.diff.impact import ImpactClass, classify_file
 from clusterforge.render import render_cluster
 from clusterforge.render.writer import render_tree
-from clusterforge.clusterspec import load_spec
 
 from .conftest import EXAMPLES, ROOT
 

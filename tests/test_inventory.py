@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from clusterforge.aws import outputs as out
+from clusterforge.clusterspec import load_spec
 from clusterforge.inventory import (
     INVENTORY_VERSION,
     InventoryError,
@@ -18,7 +19,6 @@ from clusterforge.inventory import (
     generate_inventory,
     group_name,
 )
-from clusterforge.clusterspec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -10,11 +10,11 @@ import pytest
 from clusterforge.aws import outputs as out
 from clusterforge.catalog import profile_names
 from clusterforge.catalog.prices import load_prices
+from clusterforge.clusterspec import load_spec
+from clusterforge.clusterspec.models import Cluster
 from clusterforge.plan import UNKNOWN, Plan, PlanError, build_plan, format_text, to_json
 from clusterforge.plan.build import plan_from_recording
 from clusterforge.render import render_cluster
-from clusterforge.clusterspec import load_spec
-from clusterforge.clusterspec.models import Cluster
 from tests.pulumi_helpers import EXAMPLES, example_data, run_example, spec
 from tests.test_infra_program import EXPECTED_COUNTS
 

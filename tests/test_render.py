@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from clusterforge.clusterspec import load_spec
 from clusterforge.errors import ClusterforgeError
 from clusterforge.render import build_model, render_cluster
 from clusterforge.render.versions import FEATURES, has
 from clusterforge.render.writer import MANIFEST, render_tree, write_render
-from clusterforge.clusterspec import load_spec
 
 from .conftest import EXAMPLE_SPECS, EXAMPLES, ROOT
 

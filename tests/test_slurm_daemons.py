@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from clusterforge.check import check_dir, format_report
+from clusterforge.clusterspec import load_spec
 from clusterforge.render import render_cluster
 from clusterforge.render.writer import render_tree, write_render
-from clusterforge.clusterspec import load_spec
 
 from .conftest import EXAMPLE_SPECS, EXAMPLES, ROOT
 

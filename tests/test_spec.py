@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusterforge.cli import main
-from clusterforge.errors import SpecError
 from clusterforge.clusterspec import Level, load_spec, parse_spec, validate
 from clusterforge.clusterspec.rules import RULES
 from clusterforge.clusterspec.schema import schema_text
+from clusterforge.errors import SpecError
 
 from .conftest import EXAMPLE_SPECS, EXAMPLES, ROOT
 

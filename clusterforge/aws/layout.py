@@ -9,8 +9,8 @@ from __future__ import annotations
 import ipaddress
 
 from clusterforge import hostlist
-from clusterforge.errors import ClusterforgeError
 from clusterforge.clusterspec.models import Aws, Cluster, NodeGroup, OsName, Subnet
+from clusterforge.errors import ClusterforgeError
 
 
 class LayoutError(ClusterforgeError, ValueError):

@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from clusterforge.errors import SpecError
 from clusterforge.clusterspec.models import Cluster
+from clusterforge.errors import SpecError
 
 
 def _path(loc: tuple[int | str, ...]) -> str:

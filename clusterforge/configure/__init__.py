@@ -209,8 +209,8 @@ def configure(
     if binary is None:
         raise ConfigureError("ansible-playbook is not on PATH: pip install ansible-core (in this environment)")
 
-    from clusterforge.inventory import generate_inventory
     from clusterforge.clusterspec import load_spec
+    from clusterforge.inventory import generate_inventory
 
     spec_path = Path(spec_path)
     cluster = load_spec(spec_path)

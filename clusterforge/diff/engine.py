@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterforge import hostlist
+from clusterforge.clusterspec import Cluster, Finding, Level, load_spec, validate
 from clusterforge.diff.impact import Impact, classify_file, summarise
 from clusterforge.diff.report import CostDelta, DiffReport, FileDiff, FindingChange, SpecDiff
 from clusterforge.diff.resources import ResourceDiff, diff_resources
@@ -27,7 +28,6 @@ from clusterforge.diff.sides import (
 from clusterforge.errors import ClusterforgeError
 from clusterforge.plan.model import CostEstimate
 from clusterforge.render.result import RenderResult
-from clusterforge.clusterspec import Cluster, Finding, Level, load_spec, validate
 
 
 @dataclass

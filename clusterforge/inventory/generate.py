@@ -15,8 +15,8 @@ import yaml
 from clusterforge import hostlist
 from clusterforge.aws import outputs as out
 from clusterforge.catalog import get_profile
-from clusterforge.errors import ClusterforgeError
 from clusterforge.clusterspec.models import Cluster, NodeGroup
+from clusterforge.errors import ClusterforgeError
 
 #: Bumped when the contract with the roles changes; ``validate.yml`` checks it.
 INVENTORY_VERSION = 1

@@ -22,8 +22,8 @@ import yaml
 
 from clusterforge import hostlist
 from clusterforge.catalog import get_profile
-from clusterforge.errors import ClusterforgeError
 from clusterforge.clusterspec import load_spec
+from clusterforge.errors import ClusterforgeError
 
 #: the default local network: NET.1 is the bridge (repository, Ansible side), nodes from NET.10
 DEFAULT_NET = "10.79.0.0/24"

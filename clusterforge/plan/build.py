@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterforge.aws import layout
+from clusterforge.clusterspec.models import Cluster
 from clusterforge.plan.cost import estimate_cost
 from clusterforge.plan.model import Plan, PlanError, PlannedFile, PlannedResource
-from clusterforge.clusterspec.models import Cluster
 
 if TYPE_CHECKING:
     from clusterforge.plan.mocks import Recording

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from clusterforge.aws import layout
 from clusterforge.catalog.prices import PriceTable, load_prices
-from clusterforge.plan.model import CostEstimate, CostLine
 from clusterforge.clusterspec.models import Cluster, Efs, FsxLustre
+from clusterforge.plan.model import CostEstimate, CostLine
 
 
 def estimate_cost(cluster: Cluster, prices: PriceTable | None = None) -> CostEstimate:

@@ -30,8 +30,8 @@ from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from clusterforge.plan.model import SECRET, UNKNOWN
 from clusterforge.clusterspec.models import Cluster
+from clusterforge.plan.model import SECRET, UNKNOWN
 
 __all__ = ["SECRET", "UNKNOWN", "RecordedResource", "Recording", "RecordingMocks", "run_program"]
 

@@ -14,6 +14,8 @@ import jinja2
 
 from clusterforge import hostlist
 from clusterforge.catalog import HardwareProfile, get_profile
+from clusterforge.clusterspec.models import Cluster
+from clusterforge.clusterspec.types import version_tuple
 from clusterforge.errors import RenderError
 from clusterforge.render.alerts import RULES_PATH, alert_groups
 from clusterforge.render.model import ClusterModel, PartitionModel, build_nodeset
@@ -30,8 +32,6 @@ from clusterforge.render.slurm import (
 )
 from clusterforge.render.topology import build_topology
 from clusterforge.render.versions import has
-from clusterforge.clusterspec.models import Cluster
-from clusterforge.clusterspec.types import version_tuple
 
 __all__ = ["RenderResult", "RenderedFile", "build_model", "render_cluster"]
 

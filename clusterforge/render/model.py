@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 from clusterforge import hostlist
 from clusterforge.catalog import HardwareProfile
-from clusterforge.errors import RenderError
 from clusterforge.clusterspec.models import Cluster, NodeGroup
+from clusterforge.errors import RenderError
 
 # What the OS sees of the advertised memory: slurmd -C on a p5.48xlarge reports 2,047,961 MiB of
 # the 2,097,152 MiB EC2 advertises (97.65 %; facts.md 1.1). Below that, the spec's

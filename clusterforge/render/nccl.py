@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clusterforge.render.model import NodeSet
-from clusterforge.render.slurm import Setting
 from clusterforge.clusterspec.models import Cluster
 from clusterforge.clusterspec.types import version_tuple
+from clusterforge.render.model import NodeSet
+from clusterforge.render.slurm import Setting
 
 OFI_PREFIX = "/opt/amazon/ofi-nccl"
 EFA_PREFIX = "/opt/amazon/efa"

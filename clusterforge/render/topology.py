@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 
 from clusterforge import hostlist
+from clusterforge.clusterspec.models import Cluster
 from clusterforge.errors import RenderError
 from clusterforge.render.model import BlockModel, NodeSet, SwitchModel, TopologyModel
-from clusterforge.clusterspec.models import Cluster
 
 UNPLACED = "unplaced"
 EC2_ROOT = "ec2-root"
