@@ -60,7 +60,7 @@ def test_onprem_inventory_groups_hosts_and_vars(tmp_path: Path) -> None:
     # the render the group variables point at exists and is this cluster's
     manifest = json.loads((res.manifest_dir / "manifest.json").read_text())
     assert manifest["cluster"] == "dgx-pod"
-    assert {g for f in manifest["files"] for g in f["groups"]} <= {"head", "login", "dgx", "cpu"}
+    assert {g for f in manifest["files"] for g in f["node_groups"]} <= {"head", "login", "dgx", "cpu"}
 
 
 def test_generated_files_say_how_to_regenerate(tmp_path: Path) -> None:

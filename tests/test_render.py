@@ -22,6 +22,7 @@ from clusterforge.errors import ClusterforgeError
 from clusterforge.render import build_model, render_cluster
 from clusterforge.render.versions import FEATURES, has
 from clusterforge.render.writer import MANIFEST, render_tree, write_render
+from clusterforge.resolve import resolve
 
 from .conftest import EXAMPLE_SPECS, EXAMPLES, ROOT
 
@@ -197,7 +198,7 @@ def test_ec2_topology_file_builds_tree(tmp_path: Path) -> None:
     spec += "topology:\n  ec2_instance_topology: topo.json\n"
     (tmp_path / "s.yaml").write_text(spec)
     cluster = load_spec(tmp_path / "s.yaml")
-    m = build_model(cluster, base_dir=tmp_path)
+    m = build_model(resolve(cluster, base_dir=tmp_path))
     sw = {s.name: s for s in m.topology.switches}
     assert sw["nn-c1"].nodes == "gpu-[001-002]"
     assert sw["nn-a"].switches == "nn-b1,nn-b2"
@@ -308,4 +309,4 @@ def test_manifest_lists_every_file_with_hash() -> None:
     assert names == set(tree) - {MANIFEST}
     for f in manifest["files"]:
         assert f["sha256"] == hashlib.sha256(tree[f["name"]]).hexdigest()
-        assert f["node_path"].startswith("/") and f["groups"]
+        assert f["node_path"].startswith("/") and f["node_groups"]

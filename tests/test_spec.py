@@ -16,10 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusterforge.cli import main
-from clusterforge.clusterspec import Level, load_spec, parse_spec, validate
+from clusterforge.clusterspec import Level, parse_spec, validate
 from clusterforge.clusterspec.rules import RULES
 from clusterforge.clusterspec.schema import schema_text
 from clusterforge.errors import SpecError
+from clusterforge.resolve import resolve_file
 
 from .conftest import EXAMPLE_SPECS, EXAMPLES, ROOT
 
@@ -47,9 +48,8 @@ def run_cli(*args: str) -> tuple[int, str]:
 
 @pytest.mark.parametrize("name", EXAMPLE_SPECS)
 def test_examples_validate_without_errors(name: str) -> None:
-    cluster = load_spec(EXAMPLES / name)
-    findings = validate(cluster, EXAMPLES)
-    assert [f for f in findings if f.level is Level.ERROR] == []
+    rc = resolve_file(EXAMPLES / name)
+    assert [f for f in rc.findings if f.level is Level.ERROR] == []
 
 
 def test_schema_file_is_current() -> None:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import ipaddress
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
 from clusterforge import hostlist
-from clusterforge.catalog import get_profile, profile_names
+from clusterforge.catalog import HardwareProfile, get_profile, profile_names
 from clusterforge.clusterspec.models import Cluster, NodeGroup
 from clusterforge.clusterspec.types import version_tuple
 
@@ -40,7 +40,25 @@ class Finding:
         return f"{self.level.value}: {self.path} = {self.value!r}: {self.why} Fix: {self.fix} [{self.code}]"
 
 
-Rule = Callable[[Cluster, Path], Iterator[Finding]]
+@dataclass(frozen=True)
+class RuleContext:
+    """What the rules weigh a spec against: its folder and each group's resolved profile.
+
+    ``profiles`` comes from ``clusterforge.resolve`` (catalog with discovered facts applied), so a
+    rule sees the same hardware the renderer prints; ``None`` where the profile is unknown.
+    """
+
+    base: Path
+    profiles: Mapping[str, HardwareProfile | None]
+    facts_dir: Path | None = None
+
+    def profile(self, g: NodeGroup) -> HardwareProfile | None:
+        if g.name in self.profiles:
+            return self.profiles[g.name]
+        return get_profile(g.profile_name)
+
+
+Rule = Callable[[Cluster, RuleContext], Iterator[Finding]]
 RULES: list[Rule] = []
 
 
@@ -53,10 +71,10 @@ def _gi(cluster: Cluster, g: NodeGroup) -> str:
     return f"node_groups[{cluster.node_groups.index(g)}]"
 
 
-def gpu_nodes(cluster: Cluster) -> int:
+def gpu_nodes(cluster: Cluster, ctx: RuleContext) -> int:
     n = 0
     for g in cluster.node_groups:
-        p = get_profile(g.profile_name)
+        p = ctx.profile(g)
         if g.role == "compute" and p is not None and p.gpu is not None:
             n += len(g.hostnames)
     return n
@@ -66,11 +84,11 @@ def gpu_nodes(cluster: Cluster) -> int:
 
 
 @rule
-def profiles_exist(c: Cluster, base: Path) -> Iterator[Finding]:
+def profiles_exist(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
     for g in c.node_groups:
         name = g.profile_name
         field = "cloud.instance_type" if g.is_cloud else "onprem.profile"
-        p = get_profile(name)
+        p = ctx.profile(g)
         if p is None:
             known = ", ".join(profile_names("aws" if g.is_cloud else None))
             yield Finding(
@@ -81,7 +99,7 @@ def profiles_exist(c: Cluster, base: Path) -> Iterator[Finding]:
 
 
 @rule
-def one_controller(c: Cluster, base: Path) -> Iterator[Finding]:
+def one_controller(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
     ctl = c.groups_with_role("controller")
     hosts = sum(len(g.hostnames) for g in ctl)
     if len(ctl) != 1 or hosts not in (1, 2):
@@ -106,7 +124,7 @@ def one_controller(c: Cluster, base: Path) -> Iterator[Finding]:
 
 
 @rule
-def unique_hosts(c: Cluster, base: Path) -> Iterator[Finding]:
+def unique_hosts(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
     owner: dict[str, str] = {}
     for g in c.node_groups:
         for h in g.hostnames:
@@ -130,7 +148,7 @@ def unique_hosts(c: Cluster, base: Path) -> Iterator[Finding]:
 
 
 @rule
-def cloud_needs_aws(c: Cluster, base: Path) -> Iterator[Finding]:
+def cloud_needs_aws(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
     for g in c.node_groups:
         if g.cloud is None:
             continue
@@ -150,13 +168,13 @@ def cloud_needs_aws(c: Cluster, base: Path) -> Iterator[Finding]:
 
 
 @rule
-def efa_rules(c: Cluster, base: Path) -> Iterator[Finding]:
+def efa_rules(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
     for g in c.node_groups:
         cl = g.cloud
         if cl is None or not cl.efa:
             continue
         path = f"{_gi(c, g)}.cloud"
-        p = get_profile(cl.instance_type)
+        p = ctx.profile(g)
         if p is not None and not p.efa_capable:
             yield Finding(
                 Level.ERROR, "efa-unsupported", f"{path}.instance_type", cl.instance_type,
@@ -215,7 +233,7 @@ def efa_rules(c: Cluster, base: Path) -> Iterator[Finding]:
 
 
 @rule
-def fabric_matches_location(c: Cluster, base: Path) -> Iterator[Finding]:
+def fabric_matches_location(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
     for g in c.node_groups:
         f = g.fabric
         if f is None:
@@ -248,9 +266,9 @@ def fabric_matches_location(c: Cluster, base: Path) -> Iterator[Finding]:
 
 
 @rule
-def gpu_vendor_matches(c: Cluster, base: Path) -> Iterator[Finding]:
+def gpu_vendor_matches(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
     for g in c.node_groups:
-        p = get_profile(g.profile_name)
+        p = ctx.profile(g)
         if p is not None and p.gpu is not None and p.gpu.vendor != c.gpu_stack.vendor:
             yield Finding(
                 Level.ERROR, "gpu-vendor-mismatch", "gpu_stack.vendor", c.gpu_stack.vendor,
@@ -260,15 +278,14 @@ def gpu_vendor_matches(c: Cluster, base: Path) -> Iterator[Finding]:
 
 
 @rule
-def unknown_cpu_layout(c: Cluster, base: Path) -> Iterator[Finding]:
-    if c.facts_dir:
-        return
+def unknown_cpu_layout(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
+    # the resolved profile: discovered facts (--facts DIR or facts_dir) already applied
     for g in c.node_groups:
-        p = get_profile(g.profile_name)
+        p = ctx.profile(g)
         if p is not None and not p.cpu_layout_known:
             yield Finding(
                 Level.INFO if p.cpus else Level.ERROR, "cpu-layout-unknown", f"{_gi(c, g)}", g.profile_name,
-                "the catalog does not know this profile's sockets/cores/threads"
+                "neither the catalog nor discovered facts give this profile's sockets/cores/threads"
                 + (" (slurm.conf gets CPUs only)." if p.cpus else " nor its CPU count."),
                 "run playbooks/discover.yml and render with --facts DIR (or set facts_dir).",
             )
@@ -278,7 +295,7 @@ def unknown_cpu_layout(c: Cluster, base: Path) -> Iterator[Finding]:
 
 
 @rule
-def cidrs_nest(c: Cluster, base: Path) -> Iterator[Finding]:
+def cidrs_nest(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
     if c.aws is None:
         return
     vpc = ipaddress.ip_network(c.aws.vpc_cidr)
@@ -316,7 +333,7 @@ def cidrs_nest(c: Cluster, base: Path) -> Iterator[Finding]:
 
 
 @rule
-def partitions_valid(c: Cluster, base: Path) -> Iterator[Finding]:
+def partitions_valid(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
     names = {g.name for g in c.node_groups}
     defaults = [p.name for p in c.partitions if p.default]
     if len(defaults) > 1:
@@ -351,7 +368,7 @@ def partitions_valid(c: Cluster, base: Path) -> Iterator[Finding]:
                     Level.ERROR, "non-compute-in-partition", f"partitions[{i}].node_groups[{j}]", gname,
                     f"is a {g.role} group; jobs would land on it.", "list only compute groups in partitions.",
                 )
-            p = get_profile(g.profile_name)
+            p = ctx.profile(g)
             key = f"{p.gpu.model} ({p.gpu.generation})" if p and p.gpu else "cpu"
             models.setdefault(key, []).append(gname)
         gpu_kinds = [k for k in models if k != "cpu"]
@@ -375,7 +392,7 @@ def partitions_valid(c: Cluster, base: Path) -> Iterator[Finding]:
 
 
 @rule
-def topology_references(c: Cluster, base: Path) -> Iterator[Finding]:
+def topology_references(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
     t = c.topology
     switches = {s.name: s for s in t.switches}
     for i, s in enumerate(t.switches):
@@ -452,7 +469,7 @@ def topology_references(c: Cluster, base: Path) -> Iterator[Finding]:
                     Level.ERROR, "block-unknown-host", f"topology.blocks[{i}].hosts", h,
                     "is not a host of any node group.", "list existing hosts only.",
                 )
-    if t.ec2_instance_topology is not None and not (base / t.ec2_instance_topology).is_file():
+    if t.ec2_instance_topology is not None and not (ctx.base / t.ec2_instance_topology).is_file():
         yield Finding(
             Level.ERROR, "missing-ec2-topology", "topology.ec2_instance_topology", t.ec2_instance_topology,
             "file not found (paths are relative to the spec file).",
@@ -461,7 +478,7 @@ def topology_references(c: Cluster, base: Path) -> Iterator[Finding]:
 
 
 @rule
-def version_gates(c: Cluster, base: Path) -> Iterator[Finding]:
+def version_gates(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
     v = version_tuple(c.slurm.version)
     t = c.topology
     if (t.plugin == "block" or t.blocks) and v < (23, 11):
@@ -510,8 +527,8 @@ def version_gates(c: Cluster, base: Path) -> Iterator[Finding]:
 
 
 @rule
-def checkpoint_storage(c: Cluster, base: Path) -> Iterator[Finding]:
-    n = gpu_nodes(c)
+def checkpoint_storage(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
+    n = gpu_nodes(c, ctx)
     for i, s in enumerate(c.storage):
         if "checkpoints" in s.purpose and s.type in ("nfs", "efs") and n > 8:
             yield Finding(
@@ -533,7 +550,7 @@ def checkpoint_storage(c: Cluster, base: Path) -> Iterator[Finding]:
                 "FSx and EFS are AWS services; the spec has no aws section.",
                 "add 'aws:' or use nfs/lustre for on-prem storage.",
             )
-    if c.facts_dir is not None and not (base / c.facts_dir).is_dir():
+    if c.facts_dir is not None and not (ctx.base / c.facts_dir).is_dir():
         yield Finding(
             Level.ERROR, "missing-facts-dir", "facts_dir", c.facts_dir,
             "folder not found (paths are relative to the spec file).",
@@ -541,10 +558,19 @@ def checkpoint_storage(c: Cluster, base: Path) -> Iterator[Finding]:
         )
 
 
-def validate(cluster: Cluster, base_dir: Path | None = None) -> list[Finding]:
-    """All findings, errors first, in a stable order."""
-    base = base_dir or Path(".")
-    out = [f for r in RULES for f in r(cluster, base)]
+def validate(
+    cluster: Cluster,
+    base_dir: Path | None = None,
+    *,
+    profiles: Mapping[str, HardwareProfile | None] | None = None,
+    facts_dir: Path | None = None,
+) -> list[Finding]:
+    """All findings, errors first, in a stable order.
+
+    ``profiles``: each group's resolved profile (``clusterforge.resolve`` passes them); without it,
+    the catalog's."""
+    ctx = RuleContext(base_dir or Path("."), profiles or {}, facts_dir)
+    out = [f for r in RULES for f in r(cluster, ctx)]
     order = {Level.ERROR: 0, Level.WARNING: 1, Level.INFO: 2}
     return sorted(out, key=lambda f: (order[f.level], f.path, f.code))
 

@@ -13,16 +13,31 @@ from typing import Any
 import jinja2
 
 from clusterforge import hostlist
-from clusterforge.catalog import HardwareProfile, get_profile
 from clusterforge.clusterspec.models import Cluster
 from clusterforge.clusterspec.types import version_tuple
 from clusterforge.errors import RenderError
 from clusterforge.render.alerts import RULES_PATH, alert_groups
+from clusterforge.render.manifest import (
+    BlockRecord,
+    ConfigRecords,
+    Expect,
+    ExpectController,
+    ExpectNode,
+    ExpectPartition,
+    ExpectTopology,
+    GresRecord,
+    NodeRecord,
+    SlurmdbdLayout,
+    SlurmLayout,
+    SwitchRecord,
+)
 from clusterforge.render.model import ClusterModel, PartitionModel, build_nodeset
 from clusterforge.render.nccl import nccl_plan
 from clusterforge.render.result import RenderedFile, RenderResult
 from clusterforge.render.slurm import (
     SLURM_CONF,
+    Section,
+    Setting,
     cgroup_settings,
     gres_groups,
     node_fields,
@@ -32,8 +47,9 @@ from clusterforge.render.slurm import (
 )
 from clusterforge.render.topology import build_topology
 from clusterforge.render.versions import has
+from clusterforge.resolve import ResolvedCluster, resolve
 
-__all__ = ["RenderResult", "RenderedFile", "build_model", "render_cluster"]
+__all__ = ["RenderResult", "RenderedFile", "build_model", "render", "render_cluster"]
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 HEALTHCHECK_PATH = "/usr/local/sbin/clusterforge-healthcheck"
@@ -56,50 +72,23 @@ def _env() -> jinja2.Environment:
     return env
 
 
-def _profiles(cluster: Cluster, facts_dir: Path | None) -> dict[str, HardwareProfile]:
-    facts: dict[str, Any] = {}
-    if facts_dir is not None:
-        from clusterforge.catalog.facts import load_facts_dir
-
-        if not facts_dir.is_dir():
-            raise RenderError(f"facts folder {str(facts_dir)!r} does not exist")
-        facts = load_facts_dir(facts_dir)
-    out: dict[str, HardwareProfile] = {}
-    for g in cluster.node_groups:
-        p = get_profile(g.profile_name)
-        if p is None:
-            raise RenderError(f"node group {g.name!r}: profile {g.profile_name!r} is not in the catalog")
-        found = [facts[h] for h in g.hostnames if h in facts]
-        if found:
-            from clusterforge.catalog.facts import apply_facts
-
-            p = apply_facts(p, found)
-        out[g.name] = p
-    return out
-
-
-def build_model(
-    cluster: Cluster, *, base_dir: Path, facts_dir: Path | None = None, slurm_version: str | None = None
-) -> ClusterModel:
-    version_str = slurm_version or cluster.slurm.version
-    if facts_dir is None and cluster.facts_dir is not None:
-        facts_dir = base_dir / cluster.facts_dir
-    profiles = _profiles(cluster, facts_dir)
-    nodesets = tuple(
-        build_nodeset(g, profiles[g.name], cluster.slurm.os_memory_reserve_mib) for g in cluster.node_groups
-    )
-    ctl_group = cluster.groups_with_role("controller")
+def build_model(rc: ResolvedCluster) -> ClusterModel:
+    """The config model of a resolved cluster (profiles with facts already applied)."""
+    cluster = rc.spec
+    version_str = cluster.slurm.version
+    nodesets = tuple(build_nodeset(g, cluster.slurm.os_memory_reserve_mib) for g in rc.groups)
+    ctl_group = rc.with_role("controller")
     if not ctl_group:
         raise RenderError("the spec has no node group with role: controller")
     cg = ctl_group[0]
-    addrs = hostlist.expand(cg.onprem.addresses) if cg.onprem and cg.onprem.addresses else [None] * len(cg.hostnames)
-    controllers = tuple(zip(cg.hostnames, addrs, strict=True))
+    addrs: tuple[str | None, ...] = cg.addresses or (None,) * len(cg.hosts)
+    controllers = tuple(zip(cg.hosts, addrs, strict=True))
     by_group = {n.group: n for n in nodesets}
     parts = cluster.partitions
     specs = (
         [(p.name, p.node_groups, p.default, p.max_time, p.exclusive) for p in parts]
         if parts
-        else [("batch", [g.name for g in cluster.groups_with_role("compute")], True, "UNLIMITED", False)]
+        else [("batch", [g.name for g in rc.with_role("compute")], True, "UNLIMITED", False)]
     )
     partitions = []
     for name, groups, default, max_time, exclusive in specs:
@@ -119,7 +108,7 @@ def build_model(
                 def_mem_per_cpu=min(n.real_memory // n.cpus for n in members),
             )
         )
-    topology = build_topology(cluster, nodesets, base_dir)
+    topology = build_topology(cluster, nodesets, rc.base_dir)
     return ClusterModel(
         cluster=cluster,
         version=version_tuple(version_str),
@@ -131,40 +120,86 @@ def build_model(
     )
 
 
-def _expect(m: ClusterModel) -> dict[str, Any]:
+def _expect(m: ClusterModel) -> Expect:
     """What the real daemons must show for this render (``clusterforge check`` compares)."""
-    nodes = []
-    for n in m.compute:
-        nodes.append(
-            {
-                "names": n.hostlist,
-                "group": n.group,
-                "cpus": n.cpus,
-                "boards": n.boards,
-                "sockets": n.sockets,
-                "cores_per_socket": n.cores_per_socket,
-                "threads_per_core": n.threads_per_core,
-                "real_memory": n.real_memory,
-                "gres": n.gres,
-                "gpu_count": n.gpus.count if n.gpus else 0,
-                "gpu_type": n.gpus.type if n.gpus else None,
-                "gpu_files": n.gpus.files if n.gpus else None,
-                "features": list(n.features),
-                "weight": n.weight,
-            }
+    nodes = tuple(
+        ExpectNode(
+            names=n.hostlist,
+            group=n.group,
+            cpus=n.cpus,
+            boards=n.boards,
+            sockets=n.sockets,
+            cores_per_socket=n.cores_per_socket,
+            threads_per_core=n.threads_per_core,
+            real_memory=n.real_memory,
+            gres=n.gres,
+            gpu_count=n.gpus.count if n.gpus else 0,
+            gpu_type=n.gpus.type if n.gpus else None,
+            gpu_files=n.gpus.files if n.gpus else None,
+            gpu_vendor=n.gpus.vendor if n.gpus else None,
+            features=n.features,
+            weight=n.weight,
         )
-    return {
-        "controller": {"name": m.controllers[0][0], "address": m.controllers[0][1]},
-        "nodes": nodes,
-        "partitions": [
-            {"name": p.name, "nodes": p.nodes, "default": p.default, "max_time": p.max_time} for p in m.partitions
-        ],
-        "topology": {
-            "plugin": m.topology.plugin,
-            "switches": [{"name": s.name, "nodes": s.nodes, "switches": s.switches} for s in m.topology.switches],
-            "blocks": [{"name": b.name, "nodes": b.nodes} for b in m.topology.blocks],
-        },
-    }
+        for n in m.compute
+    )
+    return Expect(
+        controllers=tuple(ExpectController(name=name, address=addr) for name, addr in m.controllers),
+        nodes=nodes,
+        partitions=tuple(
+            ExpectPartition(name=p.name, nodes=p.nodes, default=p.default, max_time=p.max_time) for p in m.partitions
+        ),
+        topology=ExpectTopology(
+            plugin=m.topology.plugin,
+            switches=tuple(SwitchRecord(name=s.name, nodes=s.nodes, switches=s.switches) for s in m.topology.switches),
+            blocks=tuple(BlockRecord(name=b.name, nodes=b.nodes) for b in m.topology.blocks),
+        ),
+    )
+
+
+def _records(
+    m: ClusterModel, sections: list[Section], nodes: list[dict[str, Any]], partitions: list[dict[str, Any]],
+    gres: list[dict[str, Any]],
+) -> ConfigRecords:
+    """The structured records the Slurm files are printed from (the diff compares these)."""
+    glob: dict[str, tuple[str, ...]] = {}
+    for sec in sections:
+        for st in sec.settings:
+            glob[st.key] = (*glob.get(st.key, ()), st.value)
+    t = m.topology
+    return ConfigRecords(
+        slurm_globals=glob,
+        nodes=tuple(
+            NodeRecord(group=n["group"], names=n["params"][0][1], params=dict(n["params"][1:])) for n in nodes
+        ),
+        partitions={p["params"][0][1]: dict(p["params"][1:]) for p in partitions},
+        gres_globals={"AutoDetect": "off"} if gres else {},
+        gres=tuple(GresRecord(group=g["group"], names=g["names"], lines=tuple(g["records"])) for g in gres),
+        topology_plugin=t.plugin,
+        switches=tuple(SwitchRecord(name=s.name, nodes=s.nodes, switches=s.switches) for s in t.switches),
+        blocks=tuple(BlockRecord(name=b.name, nodes=b.nodes) for b in t.blocks),
+        block_sizes=t.block_sizes,
+    )
+
+
+def _layout(sections: list[Section], dbd: list[Setting] | None) -> SlurmLayout:
+    """The paths and users the Slurm role needs, from the settings rendered (never re-derived)."""
+    conf = {st.key: st.value for sec in sections for st in sec.settings}
+    dbd_conf = {st.key: st.value for st in dbd or []}
+    return SlurmLayout(
+        user=conf["SlurmUser"],
+        state_save_location=conf["StateSaveLocation"],
+        slurmd_spool_dir=conf["SlurmdSpoolDir"],
+        slurmctld_log_file=conf["SlurmctldLogFile"],
+        slurmd_log_file=conf["SlurmdLogFile"],
+        slurmdbd=SlurmdbdLayout(
+            storage_user=dbd_conf["StorageUser"],
+            storage_host=dbd_conf["StorageHost"],
+            database=dbd_conf["StorageLoc"],
+            log_file=dbd_conf["LogFile"],
+        )
+        if dbd
+        else None,
+    )
 
 
 def render_cluster(
@@ -174,29 +209,42 @@ def render_cluster(
     facts_dir: Path | None = None,
     slurm_version: str | None = None,
 ) -> RenderResult:
-    """Render every file for ``cluster``. ``base_dir`` resolves the spec's relative paths."""
-    m = build_model(cluster, base_dir=base_dir, facts_dir=facts_dir, slurm_version=slurm_version)
+    """Resolve ``cluster`` and render it (``base_dir`` resolves the spec's relative paths).
+
+    For callers holding a spec object (tests, benchmarks); the verbs resolve once and call ``render``."""
+    return render(resolve(cluster, base_dir=base_dir, facts_dir=facts_dir, slurm_version=slurm_version))
+
+
+def render(rc: ResolvedCluster) -> RenderResult:
+    """Render every file of a resolved cluster. Refusing a spec with errors is the caller's
+    (``ResolvedCluster.require_valid``)."""
+    m = build_model(rc)
     env = _env()
-    c = cluster
+    c = rc.spec
     ver = m.version_str
     all_groups = tuple(g.name for g in c.node_groups)
     ctl_groups = tuple(g.name for g in c.groups_with_role("controller"))
     files: list[RenderedFile] = []
 
     def add(name: str, template: str, node_path: str, node_groups: tuple[str, ...], daemons: tuple[str, ...] = (),
-            mode: str = "0644", secret_refs: tuple[str, ...] = (), **ctx: Any) -> None:
+            mode: str = "0644", secret_refs: tuple[str, ...] = (), owner: str = "root", **ctx: Any) -> None:
         text = env.get_template(template).render(cluster=c.name, version=ver, **ctx)
-        files.append(RenderedFile(name, text, node_path, node_groups, daemons, mode, secret_refs))
+        files.append(RenderedFile(name, text, node_path, node_groups, daemons, mode, secret_refs, owner))
 
     nodes = [line for n in m.compute for line in node_fields(n)]
+    sections = slurm_sections(m)
+    partitions = partition_fields(m)
+    gres = gres_groups(m) if m.has_gpus else []
+    dbd = slurmdbd_settings(m) if c.accounting.enabled else None
+    layout = _layout(sections, dbd)
     add(
         "slurm/slurm.conf", "slurm.conf.j2", f"{SLURM_CONF}/slurm.conf", all_groups, ("slurmctld", "slurmd"),
-        sections=slurm_sections(m), nodes=nodes, node_count=sum(len(n.names) for n in m.compute),
-        partitions=partition_fields(m),
+        sections=sections, nodes=nodes, node_count=sum(len(n.names) for n in m.compute),
+        partitions=partitions,
     )
     if m.has_gpus:
         add("slurm/gres.conf", "gres.conf.j2", f"{SLURM_CONF}/gres.conf", all_groups, ("slurmctld", "slurmd"),
-            groups=gres_groups(m))
+            groups=gres)
     add("slurm/cgroup.conf", "cgroup.conf.j2", f"{SLURM_CONF}/cgroup.conf", all_groups, ("slurmd",),
         settings=cgroup_settings(m))
     t = m.topology
@@ -210,9 +258,10 @@ def render_cluster(
         else:
             add("slurm/topology.conf", "topology.conf.j2", f"{SLURM_CONF}/topology.conf", all_groups,
                 ("slurmctld",), **topo_ctx)
-    if c.accounting.enabled:
+    if dbd is not None:
+        # read by slurmdbd only, which runs as SlurmUser: 0600 keeps the storage password from other users
         add("slurm/slurmdbd.conf", "slurmdbd.conf.j2", f"{SLURM_CONF}/slurmdbd.conf", ctl_groups, ("slurmdbd",),
-            mode="0600", secret_refs=(c.accounting.password_secret,), settings=slurmdbd_settings(m))
+            mode="0600", secret_refs=(c.accounting.password_secret,), owner=layout.user, settings=dbd)
     gs = c.gpu_stack
     for n in m.compute:
         if n.gpus is not None:
@@ -241,6 +290,8 @@ def render_cluster(
         cluster=c.name,
         slurm_version=ver,
         files={f.name: f for f in files},
+        slurm=layout,
+        config=_records(m, sections, nodes, partitions, gres),
         expect=_expect(m),
         notes=notes,
     )

@@ -11,6 +11,7 @@ from clusterforge import hostlist
 from clusterforge.catalog import HardwareProfile
 from clusterforge.clusterspec.models import Cluster, NodeGroup
 from clusterforge.errors import RenderError
+from clusterforge.resolve import ResolvedGroup
 
 # What the OS sees of the advertised memory: slurmd -C on a p5.48xlarge reports 2,047,961 MiB of
 # the 2,097,152 MiB EC2 advertises (97.65 %; facts.md 1.1). Below that, the spec's
@@ -168,20 +169,22 @@ def real_memory(p: HardwareProfile, reserve_mib: int, group: str) -> int:
     return mem
 
 
-def build_nodeset(group: NodeGroup, p: HardwareProfile, reserve_mib: int) -> NodeSet:
+def build_nodeset(rg: ResolvedGroup, reserve_mib: int) -> NodeSet:
+    group, p = rg.spec, rg.profile
+    if p is None:
+        raise RenderError(f"node group {group.name!r}: profile {group.profile_name!r} is not in the catalog")
     cpus = p.cpus
     if cpus is None:
         raise RenderError(
             f"node group {group.name!r}: the CPU count of profile {p.name!r} is unknown; run "
             "playbooks/discover.yml on its hosts and render with --facts DIR (or set facts_dir)"
         )
-    addresses = tuple(hostlist.expand(group.onprem.addresses)) if group.onprem and group.onprem.addresses else None
     known = p.cpu_layout_known
     return NodeSet(
         group=group.name,
         role=group.role,
-        names=tuple(group.hostnames),
-        addresses=addresses,
+        names=rg.hosts,
+        addresses=rg.addresses,
         cpus=cpus,
         boards=1 if known else None,
         sockets=p.sockets if known else None,

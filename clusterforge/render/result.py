@@ -1,15 +1,17 @@
-"""What a render produces: files with their place on the nodes, and what the daemons should show.
+"""What a render produces: files with their place on the nodes, and the typed manifest.
 
 This is the contract between the renderer and everything downstream (``check``, ``plan``,
-``diff``, the Ansible ``slurm``/``nccl`` roles): they read a ``RenderResult`` or the
-``manifest.json`` it writes, and never format a config line themselves.
+``diff``, the Ansible roles): they read a ``RenderResult`` or the ``manifest.json`` it writes
+(``clusterforge.render.manifest.Manifest``), and never format or parse a config line themselves.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+
+from clusterforge.render.manifest import ConfigRecords, Expect, Manifest, ManifestFile, SlurmLayout
+from clusterforge.render.restart import on_change_for
 
 
 @dataclass(frozen=True)
@@ -18,7 +20,7 @@ class RenderedFile:
 
     ``name`` is its path inside the output folder (``slurm/slurm.conf``, ``nccl/gpu.conf``);
     ``node_path`` where it goes on the nodes; ``groups`` the node groups that get it; ``daemons``
-    the services that read it (the diff's impact analysis and the Ansible handlers use them).
+    the services that read it (the restart policy and the Ansible handlers use them).
     """
 
     name: str
@@ -28,21 +30,25 @@ class RenderedFile:
     daemons: tuple[str, ...] = ()
     mode: str = "0644"
     secret_refs: tuple[str, ...] = ()
+    owner: str = "root"
 
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.content.encode()).hexdigest()
 
-    def manifest_entry(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "node_path": self.node_path,
-            "groups": list(self.groups),
-            "daemons": list(self.daemons),
-            "mode": self.mode,
-            "sha256": self.sha256,
-            "secret_refs": list(self.secret_refs),
-        }
+    def manifest_entry(self) -> ManifestFile:
+        return ManifestFile(
+            name=self.name,
+            node_path=self.node_path,
+            owner=self.owner,
+            group=self.owner,
+            mode=self.mode,
+            node_groups=self.groups,
+            daemons=self.daemons,
+            sha256=self.sha256,
+            secret_refs=self.secret_refs,
+            on_change=on_change_for(self.name, self.daemons),
+        )
 
 
 @dataclass(frozen=True)
@@ -50,14 +56,18 @@ class RenderResult:
     cluster: str
     slurm_version: str
     files: dict[str, RenderedFile]
-    expect: dict[str, Any] = field(default_factory=dict)
+    slurm: SlurmLayout
+    config: ConfigRecords
+    expect: Expect
     notes: tuple[str, ...] = ()
 
-    def manifest(self) -> dict[str, Any]:
-        return {
-            "cluster": self.cluster,
-            "slurm_version": self.slurm_version,
-            "files": [self.files[k].manifest_entry() for k in sorted(self.files)],
-            "expect": self.expect,
-            "notes": list(self.notes),
-        }
+    def manifest(self) -> Manifest:
+        return Manifest(
+            cluster=self.cluster,
+            slurm_version=self.slurm_version,
+            files=tuple(self.files[k].manifest_entry() for k in sorted(self.files)),
+            slurm=self.slurm,
+            config=self.config,
+            expect=self.expect,
+            notes=self.notes,
+        )

@@ -156,27 +156,34 @@ def slurm_sections(m: ClusterModel) -> list[Section]:
     return sections
 
 
+def _pairs(fields: list[tuple[str, str]]) -> dict[str, Any]:
+    """One config line as data (``params``, the manifest's record) and as printed (``fields``)."""
+    return {"params": fields, "fields": [f"{k}={v}" for k, v in fields]}
+
+
 def node_fields(n: NodeSet) -> list[dict[str, Any]]:
-    def one(names: str, addrs: str | None) -> list[str]:
-        f = [f"NodeName={names}"]
+    """The ``NodeName`` lines of a node set: ``fields`` to print, ``params`` (in order) for the record."""
+
+    def one(names: str, addrs: str | None) -> list[tuple[str, str]]:
+        f = [("NodeName", names)]
         if addrs:
-            f.append(f"NodeAddr={addrs}")
-        f.append(f"CPUs={n.cpus}")
+            f.append(("NodeAddr", addrs))
+        f.append(("CPUs", str(n.cpus)))
         if n.sockets is not None:
             f += [
-                f"Boards={n.boards}",
-                f"SocketsPerBoard={n.sockets}",
-                f"CoresPerSocket={n.cores_per_socket}",
-                f"ThreadsPerCore={n.threads_per_core}",
+                ("Boards", str(n.boards)),
+                ("SocketsPerBoard", str(n.sockets)),
+                ("CoresPerSocket", str(n.cores_per_socket)),
+                ("ThreadsPerCore", str(n.threads_per_core)),
             ]
-        f.append(f"RealMemory={n.real_memory}")
+        f.append(("RealMemory", str(n.real_memory)))
         if n.gres:
-            f.append(f"Gres={n.gres}")
+            f.append(("Gres", n.gres))
         if n.features:
-            f.append(f"Features={','.join(n.features)}")
+            f.append(("Features", ",".join(n.features)))
         if n.weight is not None:
-            f.append(f"Weight={n.weight}")
-        f.append("State=UNKNOWN")
+            f.append(("Weight", str(n.weight)))
+        f.append(("State", "UNKNOWN"))
         return f
 
     layout = (
@@ -191,45 +198,46 @@ def node_fields(n: NodeSet) -> list[dict[str, Any]]:
     )
     if n.addresses is not None and n.addr_hostlist is None:
         return [
-            {"comment": comment if i == 0 else "", "fields": one(name, addr)}
+            {"comment": comment if i == 0 else "", "group": n.group, **_pairs(one(name, addr))}
             for i, (name, addr) in enumerate(zip(n.names, n.addresses, strict=True))
         ]
-    return [{"comment": comment, "fields": one(n.hostlist, n.addr_hostlist)}]
+    return [{"comment": comment, "group": n.group, **_pairs(one(n.hostlist, n.addr_hostlist))}]
 
 
 def partition_fields(m: ClusterModel) -> list[dict[str, Any]]:
     out = []
     for p in m.partitions:
         f = [
-            f"PartitionName={p.name}",
-            f"Nodes={p.nodes}",
-            f"Default={'YES' if p.default else 'NO'}",
-            f"MaxTime={p.max_time}",
-            f"DefMemPerCPU={p.def_mem_per_cpu}",
+            ("PartitionName", p.name),
+            ("Nodes", p.nodes),
+            ("Default", "YES" if p.default else "NO"),
+            ("MaxTime", p.max_time),
+            ("DefMemPerCPU", str(p.def_mem_per_cpu)),
         ]
         if p.exclusive:
-            f.append("OverSubscribe=EXCLUSIVE")
-        f.append("State=UP")
-        out.append({"fields": f})
+            f.append(("OverSubscribe", "EXCLUSIVE"))
+        f.append(("State", "UP"))
+        out.append(_pairs(f))
     return out
 
 
 def gres_groups(m: ClusterModel) -> list[dict[str, Any]]:
+    """Per GPU node set its gres.conf lines: ``lines`` to print, ``records`` (keys but NodeName)."""
     groups = []
     for n in m.compute:
         g = n.gpus
         if g is None:
             continue
-        flags = ["Flags=amd_gpu_env"] if g.vendor == "amd" and has(m.version, "gres_env_flags") else []
+        flags = [("Flags", "amd_gpu_env")] if g.vendor == "amd" and has(m.version, "gres_env_flags") else []
         per_device = any(link is not None for link in g.links)
-        lines: list[list[str]] = []
+        lines: list[list[tuple[str, str]]] = []
         if per_device:
             # Links= describes one device's connections, so each GPU gets its own line.
             for i, dev in enumerate(g.device_paths):
-                line = [f"NodeName={n.hostlist}", "Name=gpu", f"Type={g.type}", f"File={dev}"]
+                line = [("Name", "gpu"), ("Type", g.type), ("File", dev)]
                 if g.cores[i] is not None:
-                    line.append(f"Cores={g.cores[i]}")
-                line.append(f"Links={g.links[i]}")
+                    line.append(("Cores", str(g.cores[i])))
+                line.append(("Links", str(g.links[i])))
                 lines.append(line + flags)
         else:
             # Group consecutive GPUs sharing the same core set into one File= range.
@@ -245,16 +253,22 @@ def gres_groups(m: ClusterModel) -> list[dict[str, Any]]:
                     stem = devs[0].rstrip("0123456789")
                     lo, hi = devs[0][len(stem) :], devs[-1][len(stem) :]
                     file_ = f"{stem}[{lo}-{hi}]"
-                line = [f"NodeName={n.hostlist}", "Name=gpu", f"Type={g.type}", f"File={file_}"]
+                line = [("Name", "gpu"), ("Type", g.type), ("File", file_)]
                 if g.cores[i] is not None:
-                    line.append(f"Cores={g.cores[i]}")
+                    line.append(("Cores", str(g.cores[i])))
                 lines.append(line + flags)
                 i = j + 1
         affinity = "core affinity from " + ("discovered facts" if n.profile.discovered else "the catalog")
         if all(c is None for c in g.cores):
             affinity = "core affinity unknown (no Cores=): run playbooks/discover.yml and render with --facts"
         groups.append(
-            {"comment": f"{n.group}: {g.count} x {g.type} on {n.profile.name}; {affinity}", "lines": lines}
+            {
+                "comment": f"{n.group}: {g.count} x {g.type} on {n.profile.name}; {affinity}",
+                "group": n.group,
+                "names": n.hostlist,
+                "lines": [[f"NodeName={n.hostlist}"] + [f"{k}={v}" for k, v in line] for line in lines],
+                "records": [dict(line) for line in lines],
+            }
         )
     return groups
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import json
 import os
 import shutil
 import tempfile
@@ -27,7 +26,7 @@ _AT_FDCWD = -100
 def render_tree(result: RenderResult) -> dict[str, bytes]:
     """Relative path -> bytes of everything a render writes (manifest included)."""
     tree = {name: f.content.encode() for name, f in result.files.items()}
-    tree[MANIFEST] = (json.dumps(result.manifest(), indent=2, sort_keys=True) + "\n").encode()
+    tree[MANIFEST] = result.manifest().to_text().encode()
     return tree
 
 

@@ -1,0 +1,465 @@
+"""The one restart policy: what a change of a rendered file, or of one key in it, requires on a
+*running* cluster.
+
+It lives beside the renderer and is used three ways, so the PR comment and the hosts never disagree:
+
+* the renderer stamps each manifest entry with its file-level rule (``on_change_for``);
+* ``clusterforge diff`` compares the two sides' manifests (``impacts``) and prints the impacts and
+  the operator's steps (``summarise``);
+* the Slurm role's filter plugin calls ``impacts`` on the manifest installed on the host and the new
+  one, and ``host_actions`` turns the result into the handlers that host runs.
+
+``slurm.conf`` and ``gres.conf`` are compared key by key from the manifest's structured ``config``
+records (globals, ``NodeName`` lines per node, ``PartitionName`` lines, GRES lines per node), never
+from config text; every difference is classified by the tables below: no action, ``scontrol
+reconfigure``, a restart of slurmdbd, of slurmd on which nodes, of slurmctld, or of all daemons,
+and whether nodes must be drained first.
+
+Sources (the tables cite them by these names):
+
+* slurm.conf(5) <https://slurm.schedmd.com/slurm.conf.html>, DESCRIPTION: "Changes to the
+  configuration file take effect upon restart of Slurm daemons, daemon receipt of the SIGHUP
+  signal, or execution of the command 'scontrol reconfigure' unless otherwise noted. Changes to
+  TCP listening settings will require a daemon restart." — hence reconfigure is the default and
+  the exceptions are listed.
+* Slurm FAQ, "How can I add nodes to / remove nodes from my cluster?"
+  <https://slurm.schedmd.com/faq.html#add_nodes>: stop slurmctld, update slurm.conf everywhere,
+  restart slurmd on all nodes, start slurmctld (newer releases relax this; the conservative
+  procedure is reported).
+* stackhpc/ansible-role-openhpc#199 and #200: changing a node's CPU layout (``CpuSpecList``)
+  while slurmd kept running left nodes INVALID ("CoreSpec differ") after slurmctld restarted;
+  stop slurmd while slurmctld restarts. Node hardware changes therefore drain + restart both.
+* gres.conf(5) <https://slurm.schedmd.com/gres.conf.html>: slurmd reads its devices at start;
+  a node whose GRES count shrinks under running jobs is drained first.
+* cgroup.conf(5) <https://slurm.schedmd.com/cgroup.conf.html>: read by slurmd (and the
+  slurmstepd it starts) — restart slurmd on the nodes.
+* topology.conf(5) <https://slurm.schedmd.com/topology.conf.html> (and topology.yaml, 25.05):
+  read by slurmctld; ``scontrol reconfigure`` applies it (GoogleCloudPlatform/cluster-toolkit#6236:
+  a topology-only change should not restart daemons).
+* slurmdbd.conf(5) <https://slurm.schedmd.com/slurmdbd.conf.html>: read by slurmdbd at start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from clusterforge import hostlist
+from clusterforge.render.manifest import ConfigRecords, Manifest, OnChange
+
+
+class ImpactClass(StrEnum):
+    """Ordered from harmless to disruptive (``SEVERITY``)."""
+
+    NONE = "none"
+    RECONFIGURE = "reconfigure"
+    RESTART_SLURMDBD = "restart-slurmdbd"
+    RESTART_SLURMD = "restart-slurmd"
+    RESTART_SLURMCTLD = "restart-slurmctld"
+    RESTART_ALL = "restart-all"
+
+
+SEVERITY = {c: i for i, c in enumerate(ImpactClass)}
+
+SLURM_CONF = "slurm.conf(5) https://slurm.schedmd.com/slurm.conf.html"
+FAQ_NODES = "Slurm FAQ https://slurm.schedmd.com/faq.html#add_nodes"
+STACKHPC = "stackhpc/ansible-role-openhpc#199/#200"
+
+#: slurm.conf parameters that a reconfigure does not apply (the "unless otherwise noted" of
+#: slurm.conf(5), plus the TCP listening settings). Anything not listed: ``scontrol reconfigure``.
+GLOBAL_KEYS: dict[str, tuple[ImpactClass, str]] = {
+    # every daemon and client must agree on these; mixed values cut communication
+    "AuthType": (ImpactClass.RESTART_ALL, "authentication plugin: all daemons must change together"),
+    "CredType": (ImpactClass.RESTART_ALL, "job credential plugin: all daemons must change together"),
+    "AuthAltTypes": (ImpactClass.RESTART_ALL, "authentication plugin: all daemons must change together"),
+    "SlurmctldHost": (ImpactClass.RESTART_ALL, "slurmd and clients locate the controller by it"),
+    "SlurmctldPort": (ImpactClass.RESTART_ALL, "a TCP listening setting: needs a daemon restart"),
+    "SlurmdPort": (ImpactClass.RESTART_ALL, "a TCP listening setting: needs a daemon restart"),
+    "SlurmUser": (ImpactClass.RESTART_ALL, "daemons drop privileges to it at start"),
+    "ClusterName": (
+        ImpactClass.RESTART_ALL,
+        "slurmctld refuses state saved under another cluster name, and accounting keys on it",
+    ),
+    # plugins: loaded once when a daemon starts
+    "SelectType": (ImpactClass.RESTART_ALL, "the select plugin is loaded at start; running jobs may be lost"),
+    "SelectTypeParameters": (ImpactClass.RESTART_ALL, "consumable resources are fixed when the select plugin loads"),
+    "SwitchType": (ImpactClass.RESTART_ALL, "the switch plugin is loaded at start by every daemon"),
+    "GresTypes": (ImpactClass.RESTART_ALL, "GRES plugins are loaded at start by slurmctld and slurmd"),
+    "ProctrackType": (ImpactClass.RESTART_ALL, "process tracking is fixed when the daemons start"),
+    "TaskPlugin": (ImpactClass.RESTART_ALL, "task plugins are loaded by slurmd at start"),
+    "JobAcctGatherType": (ImpactClass.RESTART_ALL, "the gather plugin is loaded at start"),
+    "TopologyPlugin": (ImpactClass.RESTART_ALL, "the topology plugin is loaded at start"),
+    "PluginDir": (ImpactClass.RESTART_ALL, "plugins are loaded at start"),
+    "PrologFlags": (ImpactClass.RESTART_ALL, "how steps are launched (extern step, x11) is fixed at start"),
+    # slurmctld only
+    "StateSaveLocation": (
+        ImpactClass.RESTART_SLURMCTLD, "read at start; move the state files first or slurmctld starts without jobs",
+    ),
+    "AccountingStorageType": (ImpactClass.RESTART_SLURMCTLD, "the accounting plugin is loaded at start"),
+    "AccountingStorageHost": (ImpactClass.RESTART_SLURMCTLD, "slurmctld connects to slurmdbd at start"),
+    "AccountingStoragePort": (ImpactClass.RESTART_SLURMCTLD, "slurmctld connects to slurmdbd at start"),
+    "SlurmctldPidFile": (ImpactClass.RESTART_SLURMCTLD, "written at start"),
+    # slurmd only
+    "SlurmdSpoolDir": (ImpactClass.RESTART_SLURMD, "slurmd keeps its state there; read at start"),
+    "SlurmdPidFile": (ImpactClass.RESTART_SLURMD, "written at start"),
+    "SlurmdUser": (ImpactClass.RESTART_SLURMD, "slurmd runs as it"),
+}
+
+#: NodeName parameters that describe hardware: slurmctld and the node's slurmd must agree, or the
+#: node registers INVALID; running jobs were placed on the old layout, so drain first.
+NODE_HARDWARE = frozenset(
+    {
+        "CPUs", "Boards", "Sockets", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore", "RealMemory",
+        "Gres", "TmpDisk", "CoreSpecCount", "CpuSpecList", "MemSpecLimit",
+    }
+)
+#: NodeName parameters every daemon uses to reach the node.
+NODE_ADDRESS = frozenset({"NodeAddr", "NodeHostname", "Port"})
+# Other node parameters (Features, Weight, State, Reason, ...): scontrol reconfigure.
+
+
+@dataclass(frozen=True)
+class Impact:
+    """One classified difference. ``slurmd_nodes`` and ``drain_nodes`` are Slurm hostlists."""
+
+    file: str
+    subject: str
+    change: str
+    cls: ImpactClass
+    why: str
+    source: str
+    slurmd_nodes: str = ""
+    drain_nodes: str = ""
+
+    @property
+    def actions(self) -> list[str]:
+        out = []
+        if self.drain_nodes:
+            out.append(f"drain {self.drain_nodes}")
+        if self.cls is ImpactClass.RESTART_ALL:
+            out.append("restart slurmctld" + (", slurmdbd" if "slurmdbd" in self.why else ""))
+            out.append(f"restart slurmd on {self.slurmd_nodes or 'all nodes'}")
+        elif self.cls is ImpactClass.RESTART_SLURMCTLD:
+            out.append("restart slurmctld")
+            if self.slurmd_nodes:
+                out.append(f"restart slurmd on {self.slurmd_nodes}")
+        elif self.cls is ImpactClass.RESTART_SLURMD:
+            out.append(f"restart slurmd on {self.slurmd_nodes or 'all nodes'}")
+        elif self.cls is ImpactClass.RESTART_SLURMDBD:
+            out.append("restart slurmdbd")
+        elif self.cls is ImpactClass.RECONFIGURE:
+            out.append("scontrol reconfigure")
+        else:
+            out.append("no action")
+        return out
+
+
+# ----------------------------------------------------------------------------- file-level rules
+
+#: Files compared key by key from the manifest's ``config`` records; the rule here is the most
+#: disruptive a change of them can need (what an unknown change must assume).
+BY_KEY: dict[str, tuple[ImpactClass, str, str]] = {
+    "slurm.conf": (ImpactClass.RESTART_ALL, "read by every daemon; classified key by key", SLURM_CONF),
+    "gres.conf": (ImpactClass.RESTART_SLURMD, "slurmd reads its devices at start",
+                  "gres.conf(5) https://slurm.schedmd.com/gres.conf.html"),
+}
+
+#: Files without key-level rules, by name or folder: (class, why, source).
+FILE_RULES: dict[str, tuple[ImpactClass, str, str]] = {
+    "slurm/cgroup.conf": (ImpactClass.RESTART_SLURMD, "read by slurmd and the slurmstepd it starts",
+                          "cgroup.conf(5) https://slurm.schedmd.com/cgroup.conf.html"),
+    "slurm/topology.conf": (ImpactClass.RECONFIGURE, "read by slurmctld; scontrol reconfigure applies it",
+                            "topology.conf(5) https://slurm.schedmd.com/topology.conf.html; cluster-toolkit#6236"),
+    "slurm/topology.yaml": (ImpactClass.RECONFIGURE, "read by slurmctld; scontrol reconfigure applies it",
+                            "topology.yaml(5) https://slurm.schedmd.com/topology.yaml.html"),
+    "slurm/slurmdbd.conf": (ImpactClass.RESTART_SLURMDBD, "read by slurmdbd at start",
+                            "slurmdbd.conf(5) https://slurm.schedmd.com/slurmdbd.conf.html"),
+    "nccl/": (ImpactClass.NONE, "NCCL reads /etc/nccl.conf when a job initialises it: new jobs get the change, "
+              "running jobs keep theirs", "NCCL docs, Environment Variables (nccl.conf)"),
+    "env/": (ImpactClass.NONE, "sourced by login shells and job environments: new jobs and sessions get it",
+             "clusterforge render (profile.d)"),
+    "health/": (ImpactClass.NONE, "run anew by slurmd every HealthCheckInterval; no restart",
+                "slurm.conf(5) HealthCheckProgram"),
+    "prometheus/": (ImpactClass.NONE, "alerting rules: the monitoring role restarts Prometheus on the monitoring "
+                    "server; no Slurm daemon or job is touched", "Prometheus docs, Alerting rules (rule_files)"),
+}
+
+#: The daemons each class restarts, in restart order (the role's handler order).
+RESTARTS: dict[ImpactClass, tuple[str, ...]] = {
+    ImpactClass.NONE: (),
+    ImpactClass.RECONFIGURE: (),
+    ImpactClass.RESTART_SLURMDBD: ("slurmdbd",),
+    ImpactClass.RESTART_SLURMD: ("slurmd",),
+    ImpactClass.RESTART_SLURMCTLD: ("slurmctld",),
+    ImpactClass.RESTART_ALL: ("slurmctld", "slurmd"),
+}
+
+
+def file_rule(name: str, daemons: Iterable[str] = ()) -> tuple[ImpactClass, str, str]:
+    """The file-level rule of a rendered file (``name`` as in the manifest)."""
+    leaf = name.rsplit("/", 1)[-1]
+    if leaf in BY_KEY:
+        return BY_KEY[leaf]
+    if name in FILE_RULES:
+        return FILE_RULES[name]
+    folder = name.split("/", 1)[0] + "/"
+    if folder in FILE_RULES:
+        return FILE_RULES[folder]
+    ds = tuple(daemons)  # a file kind without a rule: restart what reads it
+    if "slurmctld" in ds:
+        return ImpactClass.RESTART_SLURMCTLD, f"read by {', '.join(ds)}", "render manifest"
+    if "slurmd" in ds:
+        return ImpactClass.RESTART_SLURMD, "read by slurmd", "render manifest"
+    return ImpactClass.NONE, "no daemon reads it", "render manifest"
+
+
+def on_change_for(name: str, daemons: Iterable[str] = ()) -> OnChange:
+    """The manifest's ``on_change`` of one file."""
+    cls, why, source = file_rule(name, daemons)
+    action = "none" if cls is ImpactClass.NONE else "reconfigure" if cls is ImpactClass.RECONFIGURE else "restart"
+    leaf = name.rsplit("/", 1)[-1]
+    return OnChange(action=action, restart=RESTARTS[cls], by_key=leaf in BY_KEY, why=why, source=source)
+
+
+# ----------------------------------------------------------------------------- key by key
+
+
+def _expand(expr: str) -> list[str]:
+    return hostlist.expand(expr) if expr else []
+
+
+def _compress(names: Iterable[str]) -> str:
+    s = sorted(set(names))
+    return hostlist.compress(s) if s else ""
+
+
+def _kv_change(before: Mapping[str, str], after: Mapping[str, str], keys: Iterable[str]) -> str:
+    return "; ".join(f"{k} {before.get(k, '(unset)')} -> {after.get(k, '(unset)')}" for k in sorted(keys))
+
+
+def _per_node(records: ConfigRecords | None) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for r in records.nodes if records else ():
+        for n in _expand(r.names):
+            out[n] = r.params
+    return out
+
+
+def _gres_per_node(records: ConfigRecords | None) -> dict[str, list[dict[str, str]]]:
+    out: dict[str, list[dict[str, str]]] = {}
+    for r in records.gres if records else ():
+        for n in _expand(r.names):
+            out.setdefault(n, []).extend(r.lines)
+    return out
+
+
+def all_slurmd_nodes(*sides: ConfigRecords | None) -> str:
+    return _compress(n for s in sides if s for r in s.nodes for n in _expand(r.names))
+
+
+def slurm_conf_impacts(name: str, a: ConfigRecords | None, b: ConfigRecords | None) -> list[Impact]:
+    all_slurmd = all_slurmd_nodes(a, b)
+    ga = {k: ",".join(v) for k, v in (a.slurm_globals if a else {}).items()}
+    gb = {k: ",".join(v) for k, v in (b.slurm_globals if b else {}).items()}
+    out: list[Impact] = []
+    for key in sorted(set(ga) | set(gb)):
+        va, vb = ga.get(key), gb.get(key)
+        if va == vb:
+            continue
+        cls, why = GLOBAL_KEYS.get(key, (ImpactClass.RECONFIGURE, "applied by scontrol reconfigure"))
+        slurmd = all_slurmd if cls in (ImpactClass.RESTART_ALL, ImpactClass.RESTART_SLURMD) else ""
+        out.append(Impact(name, key, f"{va or '(unset)'} -> {vb or '(unset)'}", cls, why, SLURM_CONF, slurmd))
+    na, nb = _per_node(a), _per_node(b)
+    added, removed = sorted(set(nb) - set(na)), sorted(set(na) - set(nb))
+    if added or removed:
+        change = "; ".join(
+            [f"added {_compress(added)}"] * bool(added) + [f"removed {_compress(removed)}"] * bool(removed)
+        )
+        out.append(
+            Impact(
+                name, "NodeName (node set)", change, ImpactClass.RESTART_ALL,
+                "every daemon holds the node table: the FAQ's procedure restarts slurmctld and slurmd everywhere"
+                + (" (drain the removed nodes first: their jobs are lost)" if removed else ""),
+                FAQ_NODES, all_slurmd, _compress(removed),
+            )
+        )
+    # nodes on both sides, grouped by what changed so one line covers a whole node group
+    groups: dict[tuple[str, frozenset[str]], list[str]] = {}
+    for n in sorted(set(na) & set(nb)):
+        pa, pb = na[n], nb[n]
+        keys = frozenset(k for k in set(pa) | set(pb) if pa.get(k) != pb.get(k))
+        if keys:
+            groups.setdefault((_kv_change(pa, pb, keys), keys), []).append(n)
+    for (change, keys), nodes in sorted(groups.items()):
+        hl = _compress(nodes)
+        if keys & NODE_ADDRESS:
+            out.append(Impact(name, f"NodeName={hl}", change, ImpactClass.RESTART_ALL,
+                              "every daemon reaches the node by its address", SLURM_CONF, all_slurmd))
+        elif keys & NODE_HARDWARE:
+            out.append(
+                Impact(
+                    name, f"NodeName={hl}", change, ImpactClass.RESTART_SLURMCTLD,
+                    "hardware layout: slurmctld and the nodes' slurmd must change together or the nodes register "
+                    "INVALID; running jobs were placed on the old layout",
+                    f"{SLURM_CONF}; {STACKHPC}", hl, hl,
+                )
+            )
+        else:
+            out.append(Impact(name, f"NodeName={hl}", change, ImpactClass.RECONFIGURE,
+                              "node attributes such as Features and Weight are applied by a reconfigure", SLURM_CONF))
+    pa_all = a.partitions if a else {}
+    pb_all = b.partitions if b else {}
+    for part in sorted(set(pa_all) | set(pb_all)):
+        qa, qb = pa_all.get(part), pb_all.get(part)
+        if qa == qb:
+            continue
+        if qa is None:
+            change = "added"
+        elif qb is None:
+            change = "removed (check `squeue -p " + part + "` is empty first)"
+        else:
+            change = _kv_change(qa, qb, [k for k in set(qa) | set(qb) if qa.get(k) != qb.get(k)])
+        out.append(Impact(name, f"PartitionName={part}", change, ImpactClass.RECONFIGURE,
+                          "partitions are applied by scontrol reconfigure", SLURM_CONF))
+    return out
+
+
+def gres_conf_impacts(name: str, a: ConfigRecords | None, b: ConfigRecords | None) -> list[Impact]:
+    all_slurmd = all_slurmd_nodes(a, b)
+    ga = a.gres_globals if a else {}
+    gb = b.gres_globals if b else {}
+    _cls, _why, source = BY_KEY["gres.conf"]
+    out: list[Impact] = []
+    if ga != gb:
+        keys = [k for k in set(ga) | set(gb) if ga.get(k) != gb.get(k)]
+        out.append(Impact(name, "global lines", _kv_change(ga, gb, keys), ImpactClass.RESTART_SLURMD,
+                          "slurmd reads its GRES configuration at start", source, all_slurmd))
+    na, nb = _gres_per_node(a), _gres_per_node(b)
+    changed = [n for n in sorted(set(na) | set(nb)) if na.get(n) != nb.get(n)]
+    recount = [n for n in changed if len(na.get(n, [])) != len(nb.get(n, []))]
+    if changed:
+        hl = _compress(changed)
+        counts = sorted({f"{len(na.get(n, []))} -> {len(nb.get(n, []))} devices" for n in recount})
+        out.append(
+            Impact(
+                name, f"NodeName={hl}", ("; ".join(counts) if counts else "device lines changed (same count)"),
+                ImpactClass.RESTART_SLURMD,
+                "slurmd reads its devices at start" + ("; the GRES count changes, so drain first" if recount else ""),
+                source, hl, _compress(recount),
+            )
+        )
+    return out
+
+
+def impacts(old: Manifest | None, new: Manifest | None, names: Iterable[str] | None = None) -> list[Impact]:
+    """Every classified difference between two renders (``None``: nothing installed / removed).
+
+    ``names`` limits the comparison to these files (the role passes the files it changed on a host).
+    """
+    of = {f.name: f for f in old.files} if old else {}
+    nf = {f.name: f for f in new.files} if new else {}
+    oc, nc = (old.config if old else None), (new.config if new else None)
+    slurmd_all = all_slurmd_nodes(oc, nc)
+    wanted = set(names) if names is not None else set(of) | set(nf)
+    out: list[Impact] = []
+    for name in sorted(wanted):
+        a, b = of.get(name), nf.get(name)
+        if a is None and b is None:
+            continue
+        if a is not None and b is not None and a.sha256 == b.sha256:
+            continue
+        leaf = name.rsplit("/", 1)[-1]
+        f = b or a
+        assert f is not None
+        if leaf in BY_KEY and (old is None or new is None):
+            # first install or removal: no running daemon to spare, the file-level rule holds
+            cls, why, source = BY_KEY[leaf]
+            what = "added" if a is None else "removed"
+            out.append(Impact(name, "whole file", what, cls, why, source, slurmd_all))
+            continue
+        if leaf == "slurm.conf":
+            found = slurm_conf_impacts(name, oc, nc)
+        elif leaf == "gres.conf":
+            found = gres_conf_impacts(name, oc, nc)
+        else:
+            cls, why, source = file_rule(name, f.daemons)
+            what = "added" if a is None else "removed" if b is None else "changed"
+            file_nodes = _compress(
+                n for s in (oc, nc) if s for r in s.nodes if r.group in f.node_groups for n in _expand(r.names)
+            )
+            slurmd = (file_nodes or slurmd_all) if cls is ImpactClass.RESTART_SLURMD else ""
+            found = [Impact(name, "whole file", what, cls, why, source, slurmd)]
+        if not found:  # the bytes changed, no record did: comments or ordering only
+            found = [Impact(name, "comments", "comments only", ImpactClass.NONE, "daemons ignore comments", "-")]
+        out += found
+    return out
+
+
+def host_actions(found: Iterable[Impact], *, host: str, controller: bool, compute: bool, dbd: bool) -> list[str]:
+    """The daemon actions one host runs for these impacts, in handler order.
+
+    ``restart slurmdbd``, ``restart slurmctld``, ``reconfigure``, ``restart slurmd``: the Slurm role's
+    handlers of the same names. A restart of slurmctld makes a reconfigure redundant.
+    """
+    acts: set[str] = set()
+    for i in found:
+        if i.cls is ImpactClass.RESTART_SLURMDBD and dbd:
+            acts.add("restart slurmdbd")
+        if i.cls in (ImpactClass.RESTART_ALL, ImpactClass.RESTART_SLURMCTLD) and controller:
+            acts.add("restart slurmctld")
+        if i.cls is ImpactClass.RECONFIGURE and controller:
+            acts.add("reconfigure")
+        if compute and i.cls in (ImpactClass.RESTART_ALL, ImpactClass.RESTART_SLURMD, ImpactClass.RESTART_SLURMCTLD):
+            nodes = set(_expand(i.slurmd_nodes)) if i.slurmd_nodes else None
+            if i.cls is ImpactClass.RESTART_SLURMCTLD and nodes is None:
+                continue  # a controller-only change
+            if nodes is None or host in nodes:
+                acts.add("restart slurmd")
+    if "restart slurmctld" in acts:
+        acts.discard("reconfigure")
+    order = ["restart slurmdbd", "restart slurmctld", "reconfigure", "restart slurmd"]
+    return [a for a in order if a in acts]
+
+
+# ----------------------------------------------------------------------------- summary
+
+
+@dataclass(frozen=True)
+class Operations:
+    """What the whole change asks of the operator, in the order to do it."""
+
+    cls: ImpactClass
+    steps: tuple[str, ...]
+
+
+def summarise(impacts: list[Impact]) -> Operations:
+    if not impacts:
+        return Operations(ImpactClass.NONE, ())
+    top = max((i.cls for i in impacts), key=SEVERITY.__getitem__)
+    drain = _compress(n for i in impacts if i.drain_nodes for n in _expand(i.drain_nodes))
+    slurmd = _compress(
+        n for i in impacts if i.slurmd_nodes and i.cls is not ImpactClass.RECONFIGURE for n in _expand(i.slurmd_nodes)
+    )
+    ctld = any(i.cls in (ImpactClass.RESTART_ALL, ImpactClass.RESTART_SLURMCTLD) for i in impacts)
+    dbd = any(i.cls is ImpactClass.RESTART_SLURMDBD for i in impacts)
+    reconf = any(i.cls is ImpactClass.RECONFIGURE for i in impacts)
+    steps: list[str] = []
+    if drain:
+        steps.append(f'scontrol update NodeName={drain} State=DRAIN Reason="config change" and wait for their jobs')
+    if ctld and slurmd:
+        steps.append(f"stop slurmd on {slurmd} (a node must not re-register while slurmctld restarts: {STACKHPC})")
+    steps.append("install the new configs (ansible-playbook playbooks/site.yml)")
+    if dbd:
+        steps.append("restart slurmdbd")
+    if ctld:
+        steps.append("restart slurmctld")
+    if slurmd:
+        steps.append(f"{'start' if ctld else 'restart'} slurmd on {slurmd}")
+    if reconf and not ctld:
+        steps.append("scontrol reconfigure")
+    if drain:
+        steps.append(f"scontrol update NodeName={drain} State=RESUME (nodes that still exist)")
+    if top is ImpactClass.NONE:
+        steps = ["install the new configs; no daemon action (new jobs pick the change up)"]
+    return Operations(top, tuple(steps))
