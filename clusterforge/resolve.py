@@ -76,7 +76,8 @@ class ResolvedCluster:
         """The resolved profile of group ``name``; only for specs without errors."""
         p = self.group(name).profile
         if p is None:
-            raise RenderError(f"node group {name!r}: profile {self.group(name).spec.profile_name!r} is not in the catalog")
+            wanted = self.group(name).spec.profile_name
+            raise RenderError(f"node group {name!r}: profile {wanted!r} is not in the catalog")
         return p
 
     def profiles(self) -> dict[str, HardwareProfile | None]:
