@@ -130,6 +130,7 @@ def main() -> int:
     t0, c0 = time.perf_counter(), _cpu()
     from clusterforge.clusterspec.models import Cluster
     from clusterforge.plan import build_plan
+    from clusterforge.resolve import resolve
 
     import_s, import_cpu = time.perf_counter() - t0, _cpu() - c0
     t = time.perf_counter()
@@ -140,7 +141,8 @@ def main() -> int:
     runs = []
     for _ in range(args.repeat):
         t, c = time.perf_counter(), _cpu()
-        plan = build_plan(cluster, spec_path=ROOT / "benchmarks" / "scale.yaml", render=False)
+        rc = resolve(cluster, base_dir=ROOT / "benchmarks")
+        plan = build_plan(rc, spec_path=ROOT / "benchmarks" / "scale.yaml", render=False)
         runs.append((time.perf_counter() - t, _cpu() - c))
     t, c = time.perf_counter(), _cpu()
     from clusterforge.render import render_cluster

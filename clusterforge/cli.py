@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from clusterforge.clusterspec import Cluster, Level, load_spec, validate
+from clusterforge.clusterspec import Level
 from clusterforge.clusterspec.types import SLURM_VERSIONS
 from clusterforge.errors import ClusterforgeError
 
 if TYPE_CHECKING:  # the local package is imported lazily: it is root-only and unused by most commands
     from clusterforge.local import LocalCluster
+    from clusterforge.resolve import ResolvedCluster
 
 app = typer.Typer(
     name="clusterforge",
@@ -34,10 +35,25 @@ out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 SpecArg = Annotated[Path, typer.Argument(help="cluster spec YAML, e.g. examples/p5-training.yaml")]
+# --facts means the same to every verb: clusterforge.resolve applies the facts before validation
+FactsOpt = Annotated[
+    Path | None, typer.Option(help="facts folder from playbooks/discover.yml (overrides the spec's facts_dir)")
+]
 
 
-def _load(spec: Path) -> Cluster:
-    return load_spec(spec)
+def _resolve(spec: Path, facts: Path | None = None, slurm_version: str | None = None) -> ResolvedCluster:
+    from clusterforge.resolve import resolve_file
+
+    return resolve_file(spec, facts_dir=facts, slurm_version=slurm_version)
+
+
+def _refuse_errors(rc: ResolvedCluster, what: str) -> None:
+    """The one refusal of every verb that builds something: the errors, then exit 1."""
+    errors = list(rc.errors)
+    if errors:
+        _print_findings(errors, Level.ERROR)
+        out.print(f"not {what}: fix the errors above (`clusterforge validate` shows warnings too)", markup=False)
+        raise typer.Exit(1)
 
 
 def _print_findings(findings: list, fail_level: Level) -> int:  # type: ignore[type-arg]
@@ -60,12 +76,13 @@ def validate_cmd(
     spec: SpecArg,
     fail_on: Annotated[str, typer.Option(help="lowest level that fails: error or warning")] = "error",
     as_json: Annotated[bool, typer.Option("--json", help="findings as JSON")] = False,
+    facts: FactsOpt = None,
 ) -> None:
     """Check a spec against the schema, the hardware catalog and the target Slurm version."""
     if fail_on not in ("error", "warning"):
         raise ClusterforgeError(f"--fail-on {fail_on!r}: use 'error' or 'warning'")
-    cluster = _load(spec)
-    findings = validate(cluster, spec.parent)
+    rc = _resolve(spec, facts)
+    cluster, findings = rc.spec, list(rc.findings)
     if as_json:
         print(
             json.dumps(
@@ -88,29 +105,18 @@ def validate_cmd(
 def render_cmd(
     spec: SpecArg,
     out_dir: Annotated[Path, typer.Option("--out", help="output folder (written atomically)")],
-    facts: Annotated[Path | None, typer.Option(help="facts folder from playbooks/discover.yml")] = None,
+    facts: FactsOpt = None,
     slurm_version: Annotated[
         str | None, typer.Option(help=f"render for this Slurm version ({', '.join(SLURM_VERSIONS)})")
     ] = None,
 ) -> None:
     """Render slurm.conf, gres.conf, cgroup.conf, topology, slurmdbd.conf, NCCL and health checks."""
-    from clusterforge.render import render_cluster
+    from clusterforge.render import render
     from clusterforge.render.writer import write_render
 
-    if slurm_version is not None and slurm_version not in SLURM_VERSIONS:
-        raise ClusterforgeError(
-            f"--slurm-version {slurm_version!r} is not supported; use one of {', '.join(SLURM_VERSIONS)}"
-        )
-    cluster = _load(spec)
-    if slurm_version is not None:
-        cluster = cluster.model_copy(update={"slurm": cluster.slurm.model_copy(update={"version": slurm_version})})
-    findings = validate(cluster, spec.parent)
-    errors = [f for f in findings if f.level is Level.ERROR]
-    if errors:
-        _print_findings(errors, Level.ERROR)
-        out.print("not rendered: fix the errors above (`clusterforge validate` shows warnings too)", markup=False)
-        raise typer.Exit(1)
-    result = render_cluster(cluster, base_dir=spec.parent, facts_dir=facts)
+    rc = _resolve(spec, facts, slurm_version)
+    _refuse_errors(rc, "rendered")
+    result = render(rc)
     changed = write_render(result, out_dir)
     for f in sorted(result.files.values(), key=lambda f: f.name):
         out.print(f"  {f.name:<28} -> {f.node_path:<42} {f.sha256[:12]}  [{', '.join(f.groups)}]", markup=False)
@@ -144,17 +150,14 @@ def check_cmd(
 def plan_cmd(
     spec: SpecArg,
     as_json: Annotated[bool, typer.Option("--json", help="stable, sorted JSON (what `diff` compares)")] = False,
-    facts: Annotated[Path | None, typer.Option(help="facts folder from playbooks/discover.yml")] = None,
+    facts: FactsOpt = None,
 ) -> None:
     """Offline preview of `pulumi up`: resources, rendered files and hourly cost (no CLI, no account)."""
     from clusterforge.plan import build_plan, format_text, to_json
 
-    cluster = _load(spec)
-    errors = [f for f in validate(cluster, spec.parent) if f.level is Level.ERROR]
-    if errors:
-        _print_findings(errors, Level.ERROR)
-        raise typer.Exit(1)
-    plan = build_plan(cluster, spec_path=spec, facts_dir=facts)
+    rc = _resolve(spec, facts)
+    _refuse_errors(rc, "planned")
+    plan = build_plan(rc, spec_path=spec)
     sys.stdout.write(to_json(plan) if as_json else format_text(plan))
 
 
@@ -168,11 +171,14 @@ def inventory_cmd(
     manifest_dir: Annotated[
         Path | None, typer.Option(help="an existing render to point at (default: render next to the inventory)")
     ] = None,
+    facts: FactsOpt = None,
 ) -> None:
     """Write the Ansible inventory (hosts, groups, contract variables) for the spec and render it."""
     from clusterforge.inventory import generate_inventory
 
-    res = generate_inventory(spec, stack_outputs=stack_outputs, out_dir=out_dir, manifest_dir=manifest_dir)
+    rc = _resolve(spec, facts)
+    _refuse_errors(rc, "written")
+    res = generate_inventory(rc, stack_outputs=stack_outputs, out_dir=out_dir, manifest_dir=manifest_dir)
     out.print(f"inventory: {res.out_dir} ({len(res.written)} files)", markup=False)
     out.print(f"rendered configs: {res.manifest_dir}", markup=False)
 
@@ -190,6 +196,7 @@ def configure_cmd(
     vault_password_file: Annotated[
         Path | None, typer.Option(help="Ansible Vault password file for group_vars/all/vault.yml")
     ] = None,
+    facts: FactsOpt = None,
 ) -> None:
     """Render, write the inventory and run the playbook through ansible-runner, with progress."""
     from clusterforge.configure import TextProgress, configure
@@ -204,6 +211,7 @@ def configure_cmd(
         stack_outputs=stack_outputs,
         inventory_dir=inventory_dir,
         vault_password_file=vault_password_file,
+        facts_dir=facts,
         progress=TextProgress(lambda line: out.print(line, markup=False)),
     )
     for f in res.failures:

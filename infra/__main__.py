@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from clusterforge.clusterspec import load_spec  # noqa: E402
-from clusterforge.errors import SpecError  # noqa: E402
+from clusterforge.errors import ClusterforgeError  # noqa: E402
+from clusterforge.resolve import resolve_file  # noqa: E402
 from infra.program import deploy, required_secrets  # noqa: E402
 
 config = pulumi.Config("clusterforge")
@@ -28,10 +28,11 @@ if not spec_path.is_absolute():
     # Relative to the project root, whatever directory the language host runs us in.
     spec_path = ROOT / spec_path
 try:
-    cluster = load_spec(spec_path)
-except SpecError as exc:
+    # the same resolution and refusal as `clusterforge render`/`plan`: a spec with errors is not deployed
+    rc = resolve_file(spec_path).require_valid("deployed")
+except ClusterforgeError as exc:
     raise pulumi.RunError(str(exc)) from None
 
-secrets = {name: config.require_secret(name) for name in required_secrets(cluster)}
-for key, value in deploy(cluster, secrets=secrets).items():
+secrets = {name: config.require_secret(name) for name in required_secrets(rc.spec)}
+for key, value in deploy(rc, secrets=secrets).items():
     pulumi.export(key, value)

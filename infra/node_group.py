@@ -17,8 +17,8 @@ import pulumi_aws as aws
 from clusterforge.aws import layout
 from clusterforge.aws.efa import NetworkInterfaceSlot, efa_interfaces, primary_interface
 from clusterforge.aws.userdata import user_data_base64
-from clusterforge.catalog import get_profile
-from clusterforge.clusterspec.models import Cluster, NodeGroup
+from clusterforge.clusterspec.models import NodeGroup
+from clusterforge.resolve import ResolvedCluster
 from infra.common import TOKEN_PREFIX, child_opts, cluster_tags, instance_tags
 
 CapacityType = Literal["on_demand", "spot", "capacity_block", "reservation"]
@@ -44,11 +44,12 @@ class NodeGroupArgs:
     user_data_b64: str
 
     @classmethod
-    def from_group(cls, cluster: Cluster, group: NodeGroup) -> NodeGroupArgs:
+    def from_group(cls, rc: ResolvedCluster, group: NodeGroup) -> NodeGroupArgs:
+        cluster = rc.spec
         spec = layout.aws_section(cluster)
         cloud = group.cloud
         assert cloud is not None, f"{group.name} is not a cloud group"
-        profile = get_profile(cloud.instance_type)
+        profile = rc.group(group.name).profile  # resolved once: catalog (and facts) in clusterforge.resolve
         if profile is None:
             raise layout.LayoutError(
                 f"node group {group.name!r}: instance type {cloud.instance_type!r} is not in the catalog "

@@ -17,6 +17,7 @@ from clusterforge import hostlist
 from clusterforge.aws import layout
 from clusterforge.aws import outputs as out
 from clusterforge.clusterspec.models import Cluster
+from clusterforge.resolve import ResolvedCluster
 from infra.common import TOKEN_PREFIX, child_opts
 from infra.head import HeadNodes, HeadNodesArgs
 from infra.iam import Iam, IamArgs
@@ -46,10 +47,11 @@ class AwsCluster(pulumi.ComponentResource):
 
     def __init__(
         self,
-        cluster: Cluster,
+        rc: ResolvedCluster,
         secrets: Mapping[str, pulumi.Input[str]],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        cluster = rc.spec
         super().__init__(f"{TOKEN_PREFIX}:Cluster", cluster.name, None, opts)
         name = cluster.name
         spec = layout.aws_section(cluster)
@@ -122,7 +124,7 @@ class AwsCluster(pulumi.ComponentResource):
                 if group.role == "login":
                     login_addresses.update(head.addresses)
             else:
-                args = NodeGroupArgs.from_group(cluster, group)
+                args = NodeGroupArgs.from_group(rc, group)
                 sgs = [security.cluster.id]
                 if args.efa:
                     assert security.efa is not None
@@ -155,13 +157,16 @@ class AwsCluster(pulumi.ComponentResource):
         self.register_outputs(self.outputs)
 
 
-def deploy(cluster: Cluster, *, secrets: Mapping[str, pulumi.Input[str]] | None = None) -> dict[str, Any]:
-    """Build the stack for ``cluster``; returns the stack outputs (keys: ``clusterforge.aws.outputs``).
+def deploy(rc: ResolvedCluster, *, secrets: Mapping[str, pulumi.Input[str]] | None = None) -> dict[str, Any]:
+    """Build the stack for a resolved cluster; returns the stack outputs (keys: ``clusterforge.aws.outputs``).
+
+    The caller resolved the spec once (``clusterforge.resolve``): profiles, hosts and findings
+    come from there, never from a second lookup here.
 
     The AWS provider is explicit and takes its region from the spec, so the spec stays the one
     source of truth (a stray ``aws:region`` in the stack config has no effect).
     """
-    spec = layout.aws_section(cluster)
-    provider = aws.Provider(f"{cluster.name}-aws", region=spec.region)
-    root = AwsCluster(cluster, secrets or {}, opts=pulumi.ResourceOptions(providers=[provider]))
+    spec = layout.aws_section(rc.spec)
+    provider = aws.Provider(f"{rc.spec.name}-aws", region=spec.region)
+    root = AwsCluster(rc, secrets or {}, opts=pulumi.ResourceOptions(providers=[provider]))
     return root.outputs

@@ -19,7 +19,6 @@ from typing import Any
 
 import yaml
 
-from clusterforge.clusterspec import load_spec
 from clusterforge.clusterspec.models import Cluster
 from clusterforge.plan.mocks import (
     RecordedResource,
@@ -28,6 +27,7 @@ from clusterforge.plan.mocks import (
     RecordingMonitor,
     run_program,
 )
+from clusterforge.resolve import resolve, resolve_file
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -70,11 +70,11 @@ def spec(data: dict[str, Any]) -> Cluster:
 
 @functools.cache
 def run_example(name: str, *, preview: bool = False) -> Recording:
-    return run_program(load_spec(EXAMPLES / f"{name}.yaml"), preview=preview)
+    return run_program(resolve_file(EXAMPLES / f"{name}.yaml"), preview=preview)
 
 
 def run_spec(data: dict[str, Any], *, preview: bool = False) -> Recording:
-    return run_program(spec(data), preview=preview)
+    return run_program(resolve(spec(data), base_dir=EXAMPLES), preview=preview)
 
 
 def _p5_two_az_no_ssh() -> dict[str, Any]:

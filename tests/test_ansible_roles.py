@@ -121,8 +121,9 @@ def test_fill_secrets_errors_name_the_secret_not_the_value() -> None:
 @pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-core is not installed")
 def test_playbooks_syntax(tmp_path: Path) -> None:
     from clusterforge.inventory import generate_inventory
+    from clusterforge.resolve import resolve_file
 
-    inv = generate_inventory(ROOT / "examples" / "onprem-dgx.yaml", out_dir=tmp_path / "inv").out_dir
+    inv = generate_inventory(resolve_file(ROOT / "examples" / "onprem-dgx.yaml"), out_dir=tmp_path / "inv").out_dir
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
     p = subprocess.run(
         ["ansible-playbook", "-i", str(inv), "--syntax-check",
@@ -137,9 +138,10 @@ def test_validate_names_the_generator_on_a_broken_inventory(tmp_path: Path) -> N
     """validate.yml fails naming the host, the missing variable and the generator when a contract
     variable is missing."""
     from clusterforge.inventory import generate_inventory
+    from clusterforge.resolve import resolve_file
 
     # the 5-host local example keeps the two playbook runs quick
-    inv = generate_inventory(ROOT / "examples" / "local.yaml", out_dir=tmp_path / "inv").out_dir
+    inv = generate_inventory(resolve_file(ROOT / "examples" / "local.yaml"), out_dir=tmp_path / "inv").out_dir
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     secrets = tmp_path / "vault.yml"
     secrets.write_text("clusterforge_secrets: {slurmdbd_storage_pass: x}\n")

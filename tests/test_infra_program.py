@@ -10,7 +10,9 @@ import pytest
 from clusterforge.aws import outputs as out
 from clusterforge.aws.efa import EfaLayoutError
 from clusterforge.aws.layout import LayoutError
+from clusterforge.resolve import resolve
 from tests.pulumi_helpers import (
+    EXAMPLES,
     ROOT,
     counts,
     example_data,
@@ -208,7 +210,7 @@ def test_missing_secret_names_the_config_key() -> None:
 
         @pulumi.runtime.test
         def build() -> None:
-            deploy(cluster, secrets={})
+            deploy(resolve(cluster, base_dir=EXAMPLES), secrets={})
 
         with pytest.raises(ValueError, match=r"pulumi config set --secret clusterforge:slurmdbd_storage_pass"):
             build()

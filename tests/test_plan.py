@@ -15,6 +15,7 @@ from clusterforge.clusterspec.models import Cluster
 from clusterforge.plan import UNKNOWN, Plan, PlanError, build_plan, format_text, to_json
 from clusterforge.plan.build import plan_from_recording
 from clusterforge.render import render_cluster
+from clusterforge.resolve import resolve, resolve_file
 from tests.pulumi_helpers import EXAMPLES, example_data, run_example, spec
 from tests.test_infra_program import EXPECTED_COUNTS
 
@@ -23,9 +24,9 @@ from tests.test_infra_program import EXPECTED_COUNTS
 def plan_of(name: str) -> Plan:
     """The example's plan, assembled from the preview-mode run the policy tests share
     (``build_plan`` itself is exercised by the stability test below)."""
-    cluster = load_spec(EXAMPLES / f"{name}.yaml")
+    rc = resolve_file(EXAMPLES / f"{name}.yaml")
     recording = run_example(name, preview=True)
-    return plan_from_recording(cluster, recording, spec_path=f"examples/{name}.yaml", stack=name)
+    return plan_from_recording(rc, recording, spec_path=f"examples/{name}.yaml", stack=name)
 
 
 @pytest.mark.parametrize("example", ["p5-training", "hybrid"])
@@ -71,7 +72,7 @@ def test_rendered_files_with_hashes() -> None:
 
 def test_json_is_stable_sorted_and_repeatable_in_one_process() -> None:
     first = to_json(plan_of("p5-training"))  # after other runs of the program in this process
-    again = to_json(build_plan(load_spec(EXAMPLES / "p5-training.yaml"), spec_path="examples/p5-training.yaml"))
+    again = to_json(build_plan(resolve_file(EXAMPLES / "p5-training.yaml"), spec_path="examples/p5-training.yaml"))
     assert again == first, "a second run in the same process must give the same plan"
     data = json.loads(first)
     assert json.dumps(data, indent=2, sort_keys=True) + "\n" == first
@@ -101,7 +102,7 @@ def test_spot_groups_are_priced_at_spot() -> None:
     next(g for g in data["node_groups"] if g["name"] == "burst")["cloud"]["capacity"] = {"type": "spot"}
     from clusterforge.plan.cost import estimate_cost
 
-    line = estimate_cost(spec(data)).lines[0]
+    line = estimate_cost(resolve(spec(data), base_dir=EXAMPLES)).lines[0]
     p5 = load_prices().instance("p5.48xlarge")
     assert p5 is not None and p5.spot is not None
     assert line.basis.startswith("spot") and line.hourly == pytest.approx(4 * p5.spot)
@@ -129,4 +130,4 @@ def test_on_prem_only_spec_has_nothing_to_plan() -> None:
         }
     )
     with pytest.raises(PlanError, match="nothing for Pulumi to create"):
-        build_plan(onprem, spec_path="rack.yaml", render=False)
+        build_plan(resolve(onprem, base_dir=EXAMPLES), spec_path="rack.yaml", render=False)

@@ -237,6 +237,10 @@ CASES: list[tuple[str, str, Mut, Level]] = [
     ("onprem-dgx.yaml", "topology-roots", lambda d: d["topology"]["switches"][3].update(parent=None), Level.ERROR),
     ("onprem-dgx.yaml", "unknown-switch", lambda d: _g(d, "dgx")["onprem"]["placement"][0].update(switch="leaf-x"), Level.ERROR),
     ("onprem-dgx.yaml", "hosts-on-inner-switch", lambda d: _g(d, "dgx")["onprem"]["placement"][0].update(switch="spine"), Level.ERROR),
+    # found by tests/test_resolve.py (validate accepted, the renderer refused): an empty leaf, and
+    # unplaced hosts below a root that has hosts of its own
+    ("onprem-dgx.yaml", "empty-switch", lambda d: d["topology"]["switches"].append({"name": "leaf-d", "parent": "spine"}), Level.ERROR),
+    ("local.yaml", "unplaced-below-leaf-root", lambda d: _g(d, "cpu")["onprem"].update(placement=[]), Level.ERROR),
     ("onprem-dgx.yaml", "placement-unknown-host", lambda d: _g(d, "dgx")["onprem"]["placement"][0].update(hosts="dgx-[001-017],dgx-099"), Level.ERROR),
     ("onprem-dgx.yaml", "host-placed-twice", lambda d: _g(d, "dgx")["onprem"]["placement"][1].update(hosts="dgx-[016-032]"), Level.ERROR),
     ("onprem-dgx.yaml", "unplaced-hosts", lambda d: _g(d, "dgx")["onprem"]["placement"].pop(), Level.WARNING),

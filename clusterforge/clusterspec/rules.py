@@ -461,6 +461,29 @@ def topology_references(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
                     "so topology-aware scheduling cannot see where they really are.",
                     "add placement entries (rack, switch, hosts) for them.",
                 )
+    # topology/tree: every declared switch needs compute hosts or child switches (slurmctld rejects
+    # an empty one); the renderer places only compute hosts
+    tree = t.plugin == "tree" or (t.plugin == "auto" and not (t.blocks and not t.switches))
+    with_hosts = {
+        pl.switch for g in c.node_groups if g.onprem is not None and g.role == "compute" for pl in g.onprem.placement
+    }
+    for i, s in enumerate(t.switches):
+        if tree and s.name not in parents and s.name not in with_hosts:
+            yield Finding(
+                Level.ERROR, "empty-switch", f"topology.switches[{i}]", s.name,
+                "has neither compute hosts nor child switches; slurmctld rejects such a switch in topology.conf.",
+                "place compute hosts under it (onprem.placement) or remove it.",
+            )
+    unplaced = [
+        h for g in c.node_groups if g.onprem is not None and g.role == "compute" for h in g.hostnames if h not in placed
+    ]
+    if tree and unplaced and len(roots) == 1 and roots[0] in with_hosts:
+        yield Finding(
+            Level.ERROR, "unplaced-below-leaf-root", "topology.switches", roots[0],
+            f"hosts {hostlist.compress(unplaced)} have no placement, so they go under a switch 'unplaced' below "
+            "the root; but the root has hosts itself, and Slurm forbids a switch with both hosts and switches.",
+            "place every compute host, or add a top switch above the root.",
+        )
     all_hosts = {h for g in c.node_groups for h in g.hostnames}
     for i, b in enumerate(t.blocks):
         for h in hostlist.expand(b.hosts):

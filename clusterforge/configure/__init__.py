@@ -196,6 +196,7 @@ def configure(
     keep_artifacts: Path | None = None,
     envvars: Mapping[str, str] | None = None,
     regenerate: bool = True,
+    facts_dir: Path | None = None,
 ) -> ConfigureResult:
     """Render the spec, write its inventory and run ``playbooks/<playbook>`` with ansible-runner."""
     try:
@@ -209,14 +210,16 @@ def configure(
     if binary is None:
         raise ConfigureError("ansible-playbook is not on PATH: pip install ansible-core (in this environment)")
 
-    from clusterforge.clusterspec import load_spec
     from clusterforge.inventory import generate_inventory
+    from clusterforge.resolve import resolve_file
 
     spec_path = Path(spec_path)
-    cluster = load_spec(spec_path)
+    # resolved once; a spec with errors is refused here exactly as `render` refuses it
+    rc = resolve_file(spec_path, facts_dir=facts_dir).require_valid("configured")
+    cluster = rc.spec
     inv_dir = Path(inventory_dir) if inventory_dir else Path("inventories") / "generated" / cluster.name
     if regenerate:
-        generate_inventory(spec_path, stack_outputs=stack_outputs, out_dir=inv_dir)
+        generate_inventory(rc, stack_outputs=stack_outputs, out_dir=inv_dir)
     elif not (inv_dir / "hosts.yml").is_file():
         raise ConfigureError(f"{inv_dir} holds no hosts.yml; run `clusterforge inventory {spec_path}` first")
 

@@ -28,6 +28,7 @@ from clusterforge.diff.sides import (
 from clusterforge.errors import ClusterforgeError
 from clusterforge.plan.model import CostEstimate
 from clusterforge.render.result import RenderResult
+from clusterforge.resolve import resolve
 
 
 @dataclass
@@ -64,7 +65,7 @@ def _load(src: SpecSource, *, plan: bool) -> _Side:
     if c.aws is not None:
         from clusterforge.plan.cost import estimate_cost
 
-        side.cost = estimate_cost(c)
+        side.cost = estimate_cost(resolve(c, base_dir=src.base_dir))
     from clusterforge.aws import layout
 
     if c.aws is None or not layout.cloud_groups(c):
@@ -79,7 +80,9 @@ def _load(src: SpecSource, *, plan: bool) -> _Side:
     try:
         from clusterforge.plan import build_plan, to_dict
 
-        side.resources = to_dict(build_plan(c, spec_path=src.spec_path, render=False))["resources"]
+        side.resources = to_dict(build_plan(resolve(c, base_dir=src.base_dir), spec_path=src.spec_path, render=False))[
+            "resources"
+        ]
     except ClusterforgeError as exc:
         side.notes.append(f"{_where(src)}: resources not planned: {exc}")
     return side

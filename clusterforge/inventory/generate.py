@@ -14,9 +14,10 @@ import yaml
 
 from clusterforge import hostlist
 from clusterforge.aws import outputs as out
-from clusterforge.catalog import get_profile
+from clusterforge.catalog import HardwareProfile
 from clusterforge.clusterspec.models import Cluster, NodeGroup
 from clusterforge.errors import ClusterforgeError
+from clusterforge.resolve import ResolvedCluster
 
 #: Bumped when the contract with the roles changes; ``validate.yml`` checks it.
 INVENTORY_VERSION = 1
@@ -87,7 +88,9 @@ def _stack_value(stack: Mapping[str, Any], key: str) -> Any:
     return stack[key]
 
 
-def _cloud_hosts(g: NodeGroup, cluster: Cluster, stack: Mapping[str, Any] | None) -> dict[str, dict[str, Any]] | None:
+def _cloud_hosts(
+    g: NodeGroup, prof: HardwareProfile | None, cluster: Cluster, stack: Mapping[str, Any] | None
+) -> dict[str, dict[str, Any]] | None:
     """Hosts of a cloud group with addresses, or None when only the dynamic inventory knows them."""
     if stack is None:
         raise InventoryError(
@@ -102,7 +105,6 @@ def _cloud_hosts(g: NodeGroup, cluster: Cluster, stack: Mapping[str, Any] | None
             "the stack that was deployed from this spec"
         )
     efa_count = None
-    prof = get_profile(g.profile_name)
     if g.cloud is not None and g.cloud.efa and prof is not None:
         efa_count = prof.network.efa_max
     extra: dict[str, Any] = {}
@@ -147,8 +149,7 @@ def _onprem_hosts(g: NodeGroup) -> dict[str, dict[str, Any]]:
     return {h: {"ansible_host": a} for h, a in zip(names, addrs, strict=True)}
 
 
-def _gpu_vars(g: NodeGroup) -> dict[str, Any] | None:
-    prof = get_profile(g.profile_name)
+def _gpu_vars(g: NodeGroup, prof: HardwareProfile | None) -> dict[str, Any] | None:
     if prof is None:
         raise InventoryError(
             f"node group {g.name!r}: hardware profile {g.profile_name!r} is not in the catalog; "
@@ -164,14 +165,14 @@ def _gpu_vars(g: NodeGroup) -> dict[str, Any] | None:
     }
 
 
-def _group_vars(cluster: Cluster, g: NodeGroup) -> dict[str, Any]:
+def _group_vars(cluster: Cluster, g: NodeGroup, prof: HardwareProfile | None) -> dict[str, Any]:
     fabric = g.fabric.model_dump() if g.fabric is not None else {"type": g.fabric_type, "hcas": []}
     return {
         "clusterforge_node_group": g.name,
         "clusterforge_node_role": g.role,
         "clusterforge_profile": g.profile_name,
         "clusterforge_location": "aws" if g.is_cloud else "onprem",
-        "clusterforge_gpu": _gpu_vars(g),
+        "clusterforge_gpu": _gpu_vars(g, prof),
         "clusterforge_fabric": fabric,
         "clusterforge_local_nvme_raid0": g.cloud.local_nvme_raid0 if g.cloud is not None else None,
         "clusterforge_slurm_hostlist": hostlist.compress(g.hostnames),
@@ -197,13 +198,14 @@ def _storage_vars(cluster: Cluster, stack: Mapping[str, Any] | None) -> list[dic
 
 
 def build_inventory(
-    cluster: Cluster,
+    rc: ResolvedCluster,
     *,
     stack_outputs: Mapping[str, Any] | None = None,
     manifest_dir: str = DEFAULT_MANIFEST_DIR,
     spec_path: str | None = None,
 ) -> Inventory:
     """The inventory as data (hosts.yml tree, group variables, optional aws_ec2 config)."""
+    cluster = rc.spec
     cgroup = re.sub(r"[^A-Za-z0-9_]", "_", cluster.name)
     node_groups: dict[str, Any] = {}
     group_vars: dict[str, dict[str, Any]] = {}
@@ -225,7 +227,7 @@ def build_inventory(
     all_hosts: dict[str, str | None] = {}
     for g in cluster.node_groups:
         gname = group_name(cluster.name, g.name)
-        hosts = _cloud_hosts(g, cluster, stack_outputs) if g.is_cloud else _onprem_hosts(g)
+        hosts = _cloud_hosts(g, rc.group(g.name).profile, cluster, stack_outputs) if g.is_cloud else _onprem_hosts(g)
         if hosts is None:
             dynamic.append(g)
             node_groups[gname] = {}
@@ -236,7 +238,7 @@ def build_inventory(
                 if h in all_hosts:
                     raise InventoryError(f"host {h!r} is in two node groups; host names must be unique")
                 all_hosts[h] = hv.get("ansible_host")
-        group_vars[gname] = _group_vars(cluster, g)
+        group_vars[gname] = _group_vars(cluster, g, rc.group(g.name).profile)
         by_feature[ROLE_GROUPS[g.role]].append(gname)
         gpu = group_vars[gname]["clusterforge_gpu"]
         if gpu is not None:
@@ -373,18 +375,19 @@ def _load_stack_outputs(path: Path) -> dict[str, Any]:
 
 
 def generate_inventory(
-    spec_path: Path,
+    rc: ResolvedCluster,
     *,
     stack_outputs: Path | None = None,
     out_dir: Path | None = None,
     manifest_dir: Path | None = None,
     render: bool = True,
 ) -> InventoryResult:
-    """Load the spec, render it (unless ``manifest_dir`` is given) and write the inventory folder."""
-    from clusterforge.clusterspec import load_spec
+    """Render a resolved spec (unless ``manifest_dir`` is given) and write its inventory folder.
 
-    spec_path = Path(spec_path)
-    cluster = load_spec(spec_path)
+    Refuses a spec with errors exactly as ``render`` does (``ResolvedCluster.require_valid``)."""
+    rc.require_valid("written")
+    spec_path = Path(rc.source)
+    cluster = rc.spec
     stack = _load_stack_outputs(Path(stack_outputs)) if stack_outputs is not None else None
     out_dir = Path(out_dir) if out_dir is not None else Path("inventories") / "generated" / cluster.name
     if manifest_dir is not None:
@@ -398,10 +401,10 @@ def generate_inventory(
         mdir = out_dir.parent / f"{out_dir.name}.render"
         manifest_var = DEFAULT_MANIFEST_DIR
         if render:
-            from clusterforge.render import render_cluster
+            from clusterforge.render import render as render_files
             from clusterforge.render.writer import write_render
 
-            write_render(render_cluster(cluster, base_dir=spec_path.parent), mdir)
-    inv = build_inventory(cluster, stack_outputs=stack, manifest_dir=manifest_var, spec_path=str(spec_path))
+            write_render(render_files(rc), mdir)
+    inv = build_inventory(rc, stack_outputs=stack, manifest_dir=manifest_var, spec_path=str(spec_path))
     written = write_inventory(inv, out_dir)
     return InventoryResult(out_dir=out_dir, written=written, manifest_dir=mdir, inventory=inv)

@@ -21,9 +21,8 @@ from typing import Any
 import yaml
 
 from clusterforge import hostlist
-from clusterforge.catalog import get_profile
-from clusterforge.clusterspec import load_spec
 from clusterforge.errors import ClusterforgeError
+from clusterforge.resolve import resolve_file
 
 #: the default local network: NET.1 is the bridge (repository, Ansible side), nodes from NET.10
 DEFAULT_NET = "10.79.0.0/24"
@@ -122,7 +121,8 @@ def _network(net: str) -> ipaddress.IPv4Network:
 def plan_layout(spec_path: Path, net: str = DEFAULT_NET) -> LocalLayout:
     """The local cluster a spec becomes; raises ``LocalError`` naming the field when it cannot."""
     spec_path = Path(spec_path)
-    cluster = load_spec(spec_path)  # the spec's own errors come first, with their own messages
+    rc = resolve_file(spec_path)  # the spec's own errors come first, with their own messages
+    cluster = rc.spec
     data = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
     nw = _network(net)
     base = str(nw.network_address).rsplit(".", 1)[0]
@@ -162,7 +162,7 @@ def plan_layout(spec_path: Path, net: str = DEFAULT_NET) -> LocalLayout:
             taken.add(new)
         new_addrs.setdefault(gi, []).append(addr)
         g = cluster.node_groups[gi]
-        prof = get_profile(g.onprem.profile) if g.onprem else None
+        prof = rc.group(g.name).profile if g.onprem else None
         gpus = prof.gpu.count if prof and prof.gpu else 0
         if prof and prof.gpu and prof.gpu.vendor != "nvidia":
             raise LocalError(

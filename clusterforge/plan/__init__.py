@@ -10,11 +10,12 @@ API for the CLI (``clusterforge plan SPEC [--json]``)::
 
     from clusterforge.plan import build_plan, format_text, to_json
 
-    plan = build_plan(cluster, spec_path=path)      # -> Plan; cluster: clusterforge.clusterspec.Cluster
+    rc = resolve_file(path).require_valid("planned")  # clusterforge.resolve: once, for every consumer
+    plan = build_plan(rc, spec_path=path)           # -> Plan
     print(format_text(plan), end="")                # human-readable tree, counts, files, cost
     print(to_json(plan), end="")                    # stable, sorted JSON (``--json``)
 
-``build_plan(cluster, *, spec_path, stack=None, facts_dir=None, render=True) -> Plan`` can be
+``build_plan(rc, *, spec_path, stack=None, render=True) -> Plan`` can be
 called repeatedly in one process (it resets the Pulumi runtime before each run), e.g. to diff
 the plans of two specs. It raises ``PlanError`` (a ``ClusterforgeError``) when the spec has no
 cloud part or the Pulumi SDK is missing, and ``LayoutError``/``EfaLayoutError`` (also
@@ -40,7 +41,7 @@ from clusterforge.plan.model import (
 from clusterforge.plan.text import format_text, to_dict, to_json
 
 if TYPE_CHECKING:
-    from clusterforge.clusterspec.models import Cluster
+    from clusterforge.resolve import ResolvedCluster
 
 __all__ = [
     "SECRET",
@@ -59,14 +60,13 @@ __all__ = [
 
 
 def build_plan(
-    cluster: Cluster,
+    rc: ResolvedCluster,
     *,
     spec_path: str | Path,
     stack: str | None = None,
-    facts_dir: Path | None = None,
     render: bool = True,
 ) -> Plan:
-    """Run the Pulumi program for ``cluster`` offline and return the plan (see module docs)."""
+    """Run the Pulumi program for a resolved cluster offline and return the plan (see module docs)."""
     from clusterforge.plan.build import build_plan as _build
 
-    return _build(cluster, spec_path=spec_path, stack=stack, facts_dir=facts_dir, render=render)
+    return _build(rc, spec_path=spec_path, stack=stack, render=render)

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterforge.aws import layout
-from clusterforge.clusterspec.models import Cluster
 from clusterforge.plan.cost import estimate_cost
 from clusterforge.plan.model import Plan, PlanError, PlannedFile, PlannedResource
+from clusterforge.resolve import ResolvedCluster
 
 if TYPE_CHECKING:
     from clusterforge.plan.mocks import Recording
@@ -34,14 +34,14 @@ def _kind(type_: str, custom: bool) -> str:
 
 
 def build_plan(
-    cluster: Cluster,
+    rc: ResolvedCluster,
     *,
     spec_path: str | Path,
     stack: str | None = None,
-    facts_dir: Path | None = None,
     render: bool = True,
 ) -> Plan:
-    """Plan ``cluster`` offline; see :mod:`clusterforge.plan` for the contract."""
+    """Plan a resolved cluster offline; see :mod:`clusterforge.plan` for the contract."""
+    cluster = rc.spec
     if cluster.aws is None or not layout.cloud_groups(cluster):
         raise PlanError(
             f"cluster {cluster.name!r} has no cloud node groups (or no 'aws' section): there is nothing "
@@ -54,20 +54,20 @@ def build_plan(
             f"clusterforge plan needs the Pulumi SDK ({exc.name} is missing): pip install 'clusterforge[cloud]'"
         ) from None
     stack = stack or cluster.name
-    recording = run_program(cluster, preview=True, stack=stack)
-    return plan_from_recording(cluster, recording, spec_path=spec_path, stack=stack, facts_dir=facts_dir, render=render)
+    recording = run_program(rc, preview=True, stack=stack)
+    return plan_from_recording(rc, recording, spec_path=spec_path, stack=stack, render=render)
 
 
 def plan_from_recording(
-    cluster: Cluster,
+    rc: ResolvedCluster,
     recording: Recording,
     *,
     spec_path: str | Path,
     stack: str,
-    facts_dir: Path | None = None,
     render: bool = True,
 ) -> Plan:
     """Assemble a plan from a preview-mode recording of the program (``run_program(..., preview=True)``)."""
+    cluster = rc.spec
     assert cluster.aws is not None
     keys = {r.urn: r.key for r in recording.resources}
     resources = tuple(
@@ -92,7 +92,7 @@ def plan_from_recording(
     ]
     files: tuple[PlannedFile, ...] = ()
     if render:
-        files = _rendered_files(cluster, Path(spec_path), facts_dir)
+        files = _rendered_files(rc)
     return Plan(
         cluster=cluster.name,
         spec_path=str(spec_path),
@@ -101,15 +101,15 @@ def plan_from_recording(
         resources=resources,
         outputs=recording.outputs,
         files=files,
-        cost=estimate_cost(cluster),
+        cost=estimate_cost(rc),
         notes=tuple(notes),
     )
 
 
-def _rendered_files(cluster: Cluster, spec_path: Path, facts_dir: Path | None) -> tuple[PlannedFile, ...]:
-    from clusterforge.render import render_cluster
+def _rendered_files(rc: ResolvedCluster) -> tuple[PlannedFile, ...]:
+    from clusterforge.render import render
 
-    result = render_cluster(cluster, base_dir=spec_path.resolve().parent, facts_dir=facts_dir)
+    result = render(rc)
     return tuple(
         PlannedFile(name=f.name, node_path=f.node_path, sha256=f.sha256, groups=tuple(f.groups))
         for f in sorted(result.files.values(), key=lambda f: f.name)

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from clusterforge.aws import layout
 from clusterforge.catalog.prices import PriceTable, load_prices
-from clusterforge.clusterspec.models import Cluster, Efs, FsxLustre
+from clusterforge.clusterspec.models import Efs, FsxLustre
 from clusterforge.plan.model import CostEstimate, CostLine
+from clusterforge.resolve import ResolvedCluster
 
 
-def estimate_cost(cluster: Cluster, prices: PriceTable | None = None) -> CostEstimate:
+def estimate_cost(rc: ResolvedCluster, prices: PriceTable | None = None) -> CostEstimate:
+    cluster = rc.spec
     table = prices or load_prices()
     lines: list[CostLine] = []
     notes: list[str] = [

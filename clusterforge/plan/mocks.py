@@ -32,6 +32,7 @@ from pulumi.runtime.sync_await import _sync_await
 
 from clusterforge.clusterspec.models import Cluster
 from clusterforge.plan.model import SECRET, UNKNOWN
+from clusterforge.resolve import ResolvedCluster
 
 __all__ = ["SECRET", "UNKNOWN", "RecordedResource", "Recording", "RecordingMocks", "run_program"]
 
@@ -194,9 +195,9 @@ class _Program:
         if root not in sys.path:
             sys.path.insert(0, root)
         module = importlib.import_module("infra.program")
-        self.deploy: Callable[..., dict[str, Any]] = module.deploy
-        self.required_secrets: Callable[[Cluster], tuple[str, ...]] = module.required_secrets
 
+        self.required_secrets: Callable[[Cluster], tuple[str, ...]] = module.required_secrets
+        self.deploy: Callable[..., dict[str, Any]] = module.deploy
 
 async def _resolve(value: Any) -> Any:
     """Stack outputs as plain data; an unknown leaf becomes :data:`UNKNOWN`."""
@@ -216,7 +217,7 @@ async def _resolve(value: Any) -> Any:
 
 
 def run_program(
-    cluster: Cluster,
+    rc: ResolvedCluster,
     *,
     preview: bool,
     secrets: Mapping[str, str] | None = None,
@@ -228,6 +229,7 @@ def run_program(
     ``secrets`` default to placeholders for every secret the spec needs (their values never
     matter offline). Raises whatever the program raises (spec/layout errors name the field).
     """
+    cluster = rc.spec
     stack = stack or cluster.name
     mocks = RecordingMocks(preview=preview)
     monitor = RecordingMonitor(mocks)
@@ -244,7 +246,7 @@ def run_program(
     captured: dict[str, Any] = {}
 
     def program() -> None:
-        outputs = program_module.deploy(cluster, secrets=values)
+        outputs = program_module.deploy(rc, secrets=values)
         captured.update(_sync_await(_resolve(outputs)))
 
     _sync_await(run_pulumi_func(program))
