@@ -169,6 +169,10 @@ def cloud_needs_aws(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
 
 @rule
 def efa_rules(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
+    # Imported here: clusterforge.render imports the resolver, which imports these rules.
+    from clusterforge.render.nccl_versions import first as nccl_first
+    from clusterforge.render.nccl_versions import has as nccl_gate
+
     for g in c.node_groups:
         cl = g.cloud
         if cl is None or not cl.efa:
@@ -218,16 +222,16 @@ def efa_rules(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
                     "NCCL cannot use EFA without the aws-ofi-nccl plugin; it would fall back to TCP sockets.",
                     "set gpu_stack.aws_ofi_nccl (e.g. '1.14.0').",
                 )
-            elif p.gpu.generation == "hopper" and version_tuple(gs.aws_ofi_nccl) < (1, 7, 2):
+            elif p.gpu.generation == "hopper" and not nccl_gate(gs.aws_ofi_nccl, "ofi_p5_minimum"):
                 yield Finding(
                     Level.ERROR, "ofi-too-old", "gpu_stack.aws_ofi_nccl", gs.aws_ofi_nccl,
-                    "p5-class instances need aws-ofi-nccl >= 1.7.2 (aws-ofi-nccl EFA cheatsheet).",
+                    f"p5-class instances need aws-ofi-nccl >= {nccl_first('ofi_p5_minimum')} (EFA cheatsheet).",
                     "upgrade to 1.7.3 or newer.",
                 )
-            if p.gpu.generation == "hopper" and version_tuple(gs.nccl) < (2, 18, 5):
+            if p.gpu.generation == "hopper" and not nccl_gate(gs.nccl, "nccl_nvls"):
                 yield Finding(
                     Level.WARNING, "nccl-too-old", "gpu_stack.nccl", gs.nccl,
-                    "on p5-class instances NCCL < 2.18.5 runs without NVLS (the plugin disables it).",
+                    f"on p5-class instances NCCL < {nccl_first('nccl_nvls')} runs without NVLS (plugin disables it).",
                     "use NCCL 2.18.5 or newer.",
                 )
 

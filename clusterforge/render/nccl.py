@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clusterforge.clusterspec.models import Cluster
-from clusterforge.clusterspec.types import version_tuple
 from clusterforge.render.model import NodeSet
+from clusterforge.render.nccl_versions import documented_for, first, has, listed_types
 from clusterforge.render.slurm import Setting
 
 OFI_PREFIX = "/opt/amazon/ofi-nccl"
@@ -26,9 +26,9 @@ class NcclPlan:
 
 
 def _efa(c: Cluster, n: NodeSet) -> NcclPlan:
+    """Each gate reads nccl_versions.GATES; each EFA variable is set only on a documented type."""
     gs = c.gpu_stack
-    ofi = version_tuple(gs.aws_ofi_nccl or "0")
-    nccl = version_tuple(gs.nccl)
+    ofi, itype = gs.aws_ofi_nccl, n.profile.name
     conf: list[Setting] = [
         Setting(
             "NCCL_SOCKET_IFNAME",
@@ -41,33 +41,18 @@ def _efa(c: Cluster, n: NodeSet) -> NcclPlan:
         "FI_EFA_FORK_SAFE, RDMAV_FORK_SAFE (not needed; the plugin handles fork safety)",
         "NCCL_IB_* (EFA is not InfiniBand; NCCL uses the OFI net plugin)",
     ]
-    if ofi <= (1, 5, 0):
-        conf += [
-            Setting("FI_PROVIDER", "efa", f"aws-ofi-nccl {gs.aws_ofi_nccl} (<= 1.5.0) does not pick EFA itself"),
-            Setting("NCCL_PROTO", "simple", f"aws-ofi-nccl {gs.aws_ofi_nccl} (<= 1.5.0) is only correct with Simple"),
-        ]
+    if has(ofi, "ofi_picks_efa"):
+        not_set.append(f"FI_PROVIDER, NCCL_PROTO (only needed for aws-ofi-nccl <= 1.5.0; installed {ofi})")
     else:
-        not_set.append(f"FI_PROVIDER, NCCL_PROTO (only needed for aws-ofi-nccl <= 1.5.0; installed {gs.aws_ofi_nccl})")
-    if ofi < (1, 7, 0):
-        conf.append(
-            Setting(
-                "FI_EFA_USE_DEVICE_RDMA",
-                "1",
-                f"GPUDirect RDMA must be requested explicitly before aws-ofi-nccl 1.7.0 (installed {gs.aws_ofi_nccl})",
-            )
-        )
-    else:
-        not_set.append("FI_EFA_USE_DEVICE_RDMA (default since libfabric 1.18 / aws-ofi-nccl 1.7.0)")
-    if (2, 19) <= nccl[:2] < (2, 21) and ofi >= (1, 7, 0):
-        conf.append(
-            Setting(
-                "NCCL_TUNER_PLUGIN",
-                "libnccl-ofi-tuner.so",
-                f"NCCL {gs.nccl} (2.19-2.20) does not find the plugin's built-in tuner by itself",
-            )
-        )
-    else:
-        not_set.append("NCCL_TUNER_PLUGIN (NCCL >= 2.21 finds the tuner inside the net plugin)")
+        # efa-env-var.md lists both for every EFA GPU instance; documented_for() says so from data.
+        for key, value, why in (
+            ("FI_PROVIDER", "efa", "does not pick EFA itself"),
+            ("NCCL_PROTO", "simple", "is only correct with Simple"),
+        ):
+            if documented_for(key, itype, ofi):
+                conf.append(Setting(key, value, f"aws-ofi-nccl {ofi} (<= 1.5.0) {why}"))
+    conf += _device_rdma(gs.efa_installer, ofi, itype, not_set)
+    conf += _tuner(gs.nccl, ofi, itype, not_set)
     conf.append(Setting("NCCL_DEBUG", "WARN", "initialisation and transport errors reach the job log"))
     env = [
         Setting(
@@ -77,6 +62,48 @@ def _efa(c: Cluster, n: NodeSet) -> NcclPlan:
         )
     ]
     return NcclPlan(conf, env, not_set)
+
+
+def _device_rdma(efa: str | None, ofi: str | None, itype: str, not_set: list[str]) -> list[Setting]:
+    """FI_EFA_USE_DEVICE_RDMA=1 until libfabric 1.18 *and* aws-ofi-nccl 1.7.0, on p4/p5 only."""
+    key = "FI_EFA_USE_DEVICE_RDMA"
+    libfabric_ok = has(ofi, "ofi_requires_libfabric_1_18") or has(efa, "libfabric_gdr_default")
+    if has(ofi, "ofi_gdr_default") and libfabric_ok:
+        not_set.append(f"{key} (not needed with libfabric >= 1.18.0 and aws-ofi-nccl >= 1.7.0; installed {ofi})")
+        return []
+    if not documented_for(key, itype, ofi):
+        not_set.append(f"{key} ({itype} has no GPUDirect RDMA over EFA; the doc lists it for {listed_types(key)})")
+        return []
+    if not has(ofi, "ofi_gdr_default"):
+        why = f"GPUDirect RDMA must be requested explicitly before aws-ofi-nccl 1.7.0 (installed {ofi})"
+    else:
+        why = (f"GPUDirect RDMA must be requested explicitly before libfabric 1.18.0 (EFA installer "
+               f"{efa or 'unknown'} < {first('libfabric_gdr_default')}, aws-ofi-nccl {ofi} < 1.8.0)")
+    return [Setting(key, "1", why)]
+
+
+def _tuner(nccl: str, ofi: str | None, itype: str, not_set: list[str]) -> list[Setting]:
+    """NCCL_TUNER_PLUGIN points NCCL at the plugin's tuner when nothing else finds it."""
+    key, why_not = "NCCL_TUNER_PLUGIN", None
+    v2 = has(nccl, "nccl_tuner_v2")  # NCCL >= 2.21 calls only ncclTunerPlugin_v2
+    if not has(nccl, "nccl_tuner_plugin_env"):
+        why_not = f"NCCL {nccl} has no tuner plugin interface (first in {first('nccl_tuner_plugin_env')})"
+    elif not has(ofi, "ofi_tuner"):
+        why_not = f"aws-ofi-nccl {ofi} ships no tuner (first in {first('ofi_tuner')})"
+    elif has(ofi, "ofi_sets_tuner_plugin"):
+        why_not = f"aws-ofi-nccl >= {first('ofi_sets_tuner_plugin')} sets it itself"
+    elif not documented_for(key, itype, ofi):
+        why_not = f"the tuner in aws-ofi-nccl {ofi} has no model for {itype}; NCCL's own tuner decides"
+    elif v2 and not has(ofi, "ofi_tuner_v2"):
+        why_not = f"NCCL {nccl} loads only the v2 tuner API, which aws-ofi-nccl has from {first('ofi_tuner_v2')}"
+    elif not v2 and has(ofi, "ofi_tuner_v2") and not has(ofi, "ofi_tuner_v1_fixed"):
+        why_not = f"the tuner of aws-ofi-nccl {ofi} fails to load with NCCL 2.19/2.20 (fixed in 1.9.2)"
+    if why_not:
+        not_set.append(f"{key} ({why_not})")
+        return []
+    found = "NCCL 2.19-2.20 loads a tuner only when named" if not v2 else (
+        f"aws-ofi-nccl {ofi} keeps it out of libnccl-net.so (in from {first('ofi_sets_tuner_plugin')})")
+    return [Setting(key, "libnccl-ofi-tuner.so", f"the plugin's tuner, which models {itype}; {found}")]
 
 
 def _rdma(c: Cluster, n: NodeSet, roce: bool) -> NcclPlan:
