@@ -503,7 +503,12 @@ def test_apply_p5_overrides_catalog() -> None:
     assert out.gpu.nvlinks_per_pair == 18 and out.gpu.count == 8
     assert out.network.hcas is None  # EFA on AWS follows from the instance type, not ibstat
     assert out.sources["facts"] == "discovered on p5-001: slurmd-C.txt, lscpu.txt, nvidia-smi-topo.txt"
-    assert "nvidia-smi-topo.txt on p5-001" in out.sources["affinity"]
+    # every replaced fact names the tool that gave it, on which hosts
+    assert out.source_of("cpu_layout") == "slurmd -C on p5-001"
+    assert out.source_of("memory") == "slurmd -C on p5-001 (least of the group)"
+    assert out.source_of("affinity") == "nvidia-smi topo -m on p5-001"
+    assert out.source_of("links") == "nvidia-smi topo -m on p5-001"
+    assert out.source_of("hcas").startswith("catalog: vpc-cni")  # not replaced on AWS
     # the cached catalog entry is untouched
     assert catalog.memory_mib == 2097152 and catalog.discovered is False
     assert profile("p5.48xlarge").memory_mib == 2097152
@@ -520,7 +525,11 @@ def test_apply_dgx_h100_hcas_and_no_memory_facts() -> None:
     assert out.gpu is not None and out.gpu.nvlinks_per_pair == 18
     # no CPU layout from this host: the catalog's affinity stays
     assert out.gpu.affinity == {"0-3": "0-55", "4-7": "56-111"}
-    assert out.sources["network"] == "ibstat.txt on dgx-001: Active ports"
+    assert out.source_of("hcas") == "ibstat on dgx-001 (Active ports)"
+    # facts this host did not give still name the catalog's citation
+    assert out.source_of("memory") == "catalog: NVIDIA DGX H100 user guide: 2x 56-core 8480C, 2 TB"
+    assert out.source_of("affinity").startswith("catalog: DGX H100 user guide nvidia-smi topo -m")
+    assert "memory" not in out.discovered_from and "cpu_layout" not in out.discovered_from
 
 
 def test_apply_mi300x_example_group() -> None:
@@ -537,6 +546,10 @@ def test_apply_mi300x_example_group() -> None:
     assert out.sources["facts"] == (
         "discovered on mi-[01-04]: slurmd-C.txt, lscpu.txt, rocm-smi-topo.txt, ibstat.txt"
     )
+    # rocm-smi names only each GPU's NUMA node; lscpu's NUMA CPU lists turn it into cores
+    assert out.source_of("affinity") == "rocm-smi --showtopo + lscpu on mi-[01-04]"
+    assert out.source_of("links") == "rocm-smi --showtopo on mi-[01-04]"
+    assert out.source_of("cpu_layout") == "slurmd -C on mi-[01-04]"
 
 
 def test_apply_rocm_without_lscpu_keeps_catalog_affinity() -> None:
@@ -632,7 +645,7 @@ def test_apply_nonuniform_links_leaves_links_out() -> None:
     assert out.gpu is not None
     assert out.gpu.count == 4 and out.gpu.nvlinks_per_pair is None
     assert out.gpu.affinity == {"0-1": "0-15", "2-3": "16-31"}
-    assert out.sources["nvlinks"].endswith("GPU pairs differ, Links= left out")
+    assert out.source_of("links") == "nvidia-smi topo -m on g1 (GPU pairs differ, Links= left out)"
 
 
 def test_apply_gpu_count_change_drops_catalog_affinity() -> None:

@@ -1,6 +1,8 @@
 """Hardware catalog: instance types and server models as data (``profiles.yaml``).
 
 ``None`` in a profile means the fact is unknown; callers leave it out or ask for discovered facts.
+Each profile says where every fact comes from: :meth:`HardwareProfile.source_of` names the tool
+and hosts for a fact discovered on the hosts (``facts`` subpackage), else the catalog's citation.
 """
 
 from __future__ import annotations
@@ -54,6 +56,33 @@ class NetworkInfo(_Strict):
     hcas: list[tuple[str, int]] | None = Field(None, description="(HCA name, Gb/s) of on-prem compute ports")
 
 
+FactKey = Literal["cpu_layout", "memory", "gpu_count", "affinity", "links", "hcas"]
+"""The facts discovered values can replace (see ``facts.apply``)."""
+
+FactTool = Literal["slurmd -C", "lscpu", "nvidia-smi topo -m", "rocm-smi --showtopo", "ibstat"]
+
+#: The ``sources`` key (``profiles.yaml``) that cites a fact the catalog gives.
+CATALOG_SOURCE_KEY: dict[FactKey, str] = {
+    "cpu_layout": "cpu_memory",
+    "memory": "cpu_memory",
+    "gpu_count": "gpu",
+    "affinity": "affinity",
+    "links": "nvlinks",
+    "hcas": "network",
+}
+
+
+class FactOrigin(_Strict):
+    """Where a discovered fact came from: the tools whose output gave it, on which hosts."""
+
+    tools: tuple[FactTool, ...] = Field(min_length=1)
+    hosts: str = Field(description="hostlist of the hosts that reported it")
+    note: str = ""
+
+    def __str__(self) -> str:
+        return " + ".join(self.tools) + f" on {self.hosts}" + (f" ({self.note})" if self.note else "")
+
+
 class HardwareProfile(_Strict):
     name: str
     kind: Literal["aws", "onprem"]
@@ -66,15 +95,38 @@ class HardwareProfile(_Strict):
     gpu: GpuInfo | None
     network: NetworkInfo
     sources: dict[str, str]
-    discovered: bool = Field(
-        False, description="True when memory_mib is RealMemory from slurmd -C on the hosts (already OS-visible)"
+    discovered_from: dict[FactKey, FactOrigin] = Field(
+        default_factory=dict, description="facts replaced by ones discovered on the hosts, and where from"
     )
+
+    @property
+    def discovered(self) -> bool:
+        """True when memory_mib is RealMemory from slurmd -C on the hosts (already OS-visible)."""
+        return "memory" in self.discovered_from
+
+    def source_of(self, fact: FactKey) -> str:
+        """Where ``fact`` comes from, for comments in rendered files: the tool or the catalog's citation."""
+        origin = self.discovered_from.get(fact)
+        if origin is not None:
+            return str(origin)
+        cited = self.sources.get(CATALOG_SOURCE_KEY[fact])
+        return f"catalog: {cited}" if cited else "catalog (no source cited)"
 
     @property
     def cpus(self) -> int | None:
         if self.sockets and self.cores_per_socket and self.threads_per_core:
             return self.sockets * self.cores_per_socket * self.threads_per_core
         return self.vcpus
+
+    @property
+    def cores(self) -> int | None:
+        """Physical cores (EC2 DefaultCores), also when the socket split is unknown."""
+        if self.sockets and self.cores_per_socket:
+            return self.sockets * self.cores_per_socket
+        cpus = self.cpus
+        if cpus and self.threads_per_core and cpus % self.threads_per_core == 0:
+            return cpus // self.threads_per_core
+        return None
 
     @property
     def cpu_layout_known(self) -> bool:

@@ -290,7 +290,12 @@ def unknown_cpu_layout(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
             yield Finding(
                 Level.INFO if p.cpus else Level.ERROR, "cpu-layout-unknown", f"{_gi(c, g)}", g.profile_name,
                 "neither the catalog nor discovered facts give this profile's sockets/cores/threads"
-                + (" (slurm.conf gets CPUs only)." if p.cpus else " nor its CPU count."),
+                + (
+                    (" (slurm.conf gets CPUs and ThreadsPerCore only)." if p.threads_per_core else
+                     " (slurm.conf gets CPUs only).")
+                    if p.cpus
+                    else " nor its CPU count."
+                ),
                 "run playbooks/discover.yml and render with --facts DIR (or set facts_dir).",
             )
 

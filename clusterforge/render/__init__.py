@@ -282,7 +282,9 @@ def render(rc: ResolvedCluster) -> RenderResult:
         add("prometheus/alerts.yml", "prometheus-alerts.yml.j2", RULES_PATH, ctl_groups, ("prometheus",),
             path=RULES_PATH, groups=rule_groups)
     notes = tuple(
-        f"{n.group}: {n.profile.name} socket layout unknown, slurm.conf has CPUs={n.cpus} only"
+        f"{n.group}: {n.profile.name} socket layout unknown, slurm.conf has CPUs={n.cpus}"
+        + (f" ThreadsPerCore={n.threads_per_core}" if n.threads_per_core else "")
+        + " only"
         for n in m.nodesets
         if n.sockets is None
     )

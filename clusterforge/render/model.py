@@ -189,7 +189,9 @@ def build_nodeset(rg: ResolvedGroup, reserve_mib: int) -> NodeSet:
         boards=1 if known else None,
         sockets=p.sockets if known else None,
         cores_per_socket=p.cores_per_socket if known else None,
-        threads_per_core=p.threads_per_core if known else None,
+        # Known without the socket split for some EC2 types: slurm.conf then gets CPUs and
+        # ThreadsPerCore (see render.slurm.node_fields).
+        threads_per_core=p.threads_per_core,
         real_memory=real_memory(p, reserve_mib, group.name),
         gpus=_gpu_set(group, p),
         features=tuple(group.features),

@@ -161,6 +161,14 @@ def _pairs(fields: list[tuple[str, str]]) -> dict[str, Any]:
     return {"params": fields, "fields": [f"{k}={v}" for k, v in fields]}
 
 
+def _source_lines(facts: tuple[tuple[str, str], ...]) -> list[str]:
+    """Comment lines naming where each fact came from; facts sharing a source share a line."""
+    by_source: dict[str, list[str]] = {}
+    for what, source in facts:
+        by_source.setdefault(source, []).append(what)
+    return [f"  {' and '.join(whats)} from {source}" for source, whats in by_source.items()]
+
+
 def node_fields(n: NodeSet) -> list[dict[str, Any]]:
     """The ``NodeName`` lines of a node set: ``fields`` to print, ``params`` (in order) for the record."""
 
@@ -176,6 +184,12 @@ def node_fields(n: NodeSet) -> list[dict[str, Any]]:
                 ("CoresPerSocket", str(n.cores_per_socket)),
                 ("ThreadsPerCore", str(n.threads_per_core)),
             ]
+        elif n.threads_per_core is not None:
+            # Sockets unknown, cores and threads known (EC2 DefaultCores/DefaultThreadsPerCore):
+            # no socket count is invented. slurm.conf(5) read_config infers the missing Sockets
+            # as CPUs / (CoresPerSocket x ThreadsPerCore) = one core per "socket", so Slurm
+            # still counts the right cores and SMT siblings (S:C:T 96:1:2 for 192 = 96 x 2).
+            f.append(("ThreadsPerCore", str(n.threads_per_core)))
         f.append(("RealMemory", str(n.real_memory)))
         if n.gres:
             f.append(("Gres", n.gres))
@@ -186,22 +200,24 @@ def node_fields(n: NodeSet) -> list[dict[str, Any]]:
         f.append(("State", "UNKNOWN"))
         return f
 
-    layout = (
-        f"{n.sockets}x{n.cores_per_socket}x{n.threads_per_core}"
-        if n.sockets is not None
-        else "socket layout unknown (CPUs only)"
-    )
-    comment = (
-        f"{n.group}: {len(n.names)} x {n.profile.name}, {layout}, RealMemory = OS-visible memory "
-        f"less slurm.os_memory_reserve_mib"
-        + (", from discovered facts" if n.profile.discovered else "")
-    )
+    if n.sockets is not None:
+        layout = f"{n.sockets}x{n.cores_per_socket}x{n.threads_per_core}"
+    elif n.threads_per_core is not None:
+        layout = f"{n.cpus // n.threads_per_core} cores x {n.threads_per_core} threads, sockets unknown"
+    else:
+        layout = "socket layout unknown (CPUs only)"
+    p = n.profile
+    comments = [
+        f"{n.group}: {len(n.names)} x {p.name}, {layout}, RealMemory = OS-visible memory "
+        "less slurm.os_memory_reserve_mib",
+        *_source_lines((("CPU layout", p.source_of("cpu_layout")), ("memory", p.source_of("memory")))),
+    ]
     if n.addresses is not None and n.addr_hostlist is None:
         return [
-            {"comment": comment if i == 0 else "", "group": n.group, **_pairs(one(name, addr))}
+            {"comments": comments if i == 0 else [], "group": n.group, **_pairs(one(name, addr))}
             for i, (name, addr) in enumerate(zip(n.names, n.addresses, strict=True))
         ]
-    return [{"comment": comment, "group": n.group, **_pairs(one(n.hostlist, n.addr_hostlist))}]
+    return [{"comments": comments, "group": n.group, **_pairs(one(n.hostlist, n.addr_hostlist))}]
 
 
 def partition_fields(m: ClusterModel) -> list[dict[str, Any]]:
@@ -258,12 +274,20 @@ def gres_groups(m: ClusterModel) -> list[dict[str, Any]]:
                     line.append(("Cores", str(g.cores[i])))
                 lines.append(line + flags)
                 i = j + 1
-        affinity = "core affinity from " + ("discovered facts" if n.profile.discovered else "the catalog")
+        p = n.profile
+        facts: list[tuple[str, str]] = []
+        if any(c is not None for c in g.cores):
+            facts.append(("Cores=", p.source_of("affinity")))
+        if per_device:
+            facts.append(("Links=", p.source_of("links")))
+        comments = [f"{n.group}: {g.count} x {g.type} on {p.name}", *_source_lines(tuple(facts))]
         if all(c is None for c in g.cores):
-            affinity = "core affinity unknown (no Cores=): run playbooks/discover.yml and render with --facts"
+            comments.append("  core affinity unknown (no Cores=): run playbooks/discover.yml and render with --facts")
+        if not per_device and "links" in p.discovered_from:
+            comments.append(f"  no Links=: {p.source_of('links')}")
         groups.append(
             {
-                "comment": f"{n.group}: {g.count} x {g.type} on {n.profile.name}; {affinity}",
+                "comments": comments,
                 "group": n.group,
                 "names": n.hostlist,
                 "lines": [[f"NodeName={n.hostlist}"] + [f"{k}={v}" for k, v in line] for line in lines],
