@@ -745,7 +745,7 @@ class _Check:
             r.cluster = manifest.get("cluster")
             version = manifest.get("slurm_version")
             expect = _parse_expect(manifest)
-        except (OSError, json.JSONDecodeError, _ManifestError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, UTF-8, digits, _ManifestError
             r.add(ProblemKind.MANIFEST, f"{mpath}: {exc}", "manifest.json")
             return None
         conf = self.src / "slurm" / "slurm.conf"

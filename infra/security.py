@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from clusterforge import hostlist
 from clusterforge.aws.layout import aws_section, cloud_groups, onprem_cidrs
 from clusterforge.clusterspec.models import Cluster, Efs, FsxLustre
 from infra.common import TOKEN_PREFIX, child_opts, cluster_tags
@@ -151,7 +152,7 @@ class Security(pulumi.ComponentResource):
         if args.fsx:
             self.fsx = group("fsx", f"clusterforge {args.cluster}: FSx for Lustre")
             for lo, hi in LUSTRE_PORTS:
-                tag = f"{lo}" if lo == hi else f"{lo}-{hi}"
+                tag = hostlist.compress_ints(range(lo, hi + 1))
                 # The file servers talk to each other and to clients on these ports, both ways.
                 self._ingress(
                     f"fsx-in-self-{tag}",

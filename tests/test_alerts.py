@@ -113,3 +113,18 @@ def test_changed_rules_touch_no_slurm_daemon() -> None:
     (imp,) = classify_file("prometheus/alerts.yml", before, before.replace("for: 120s", "for: 180s"),
                            slurmd_nodes="gpu-[001-002]", file_nodes="head", daemons=("prometheus",))
     assert imp.cls is ImpactClass.NONE and "Prometheus" in imp.why and not imp.slurmd_nodes
+
+
+def test_promql_is_written_as_is() -> None:
+    # Jinja's tojson wrote PromQL's "<" as "\u003c" (HTML escaping); safe_dump writes it verbatim.
+    text = (GOLDEN / "p5-training/prometheus/alerts.yml").read_text()
+    assert "\\u003c" not in text
+    assert ('expr: count by (instance, node_group) (DCGM_FI_DEV_GPU_TEMP{job="dcgm",node_group="gpu"}) < 8\n'
+            in text)
+    rules = {r["alert"]: r for g in yaml.safe_load(text)["groups"] for r in g["rules"]}
+    assert rules["GpuMissing"]["expr"] == (
+        'count by (instance, node_group) (DCGM_FI_DEV_GPU_TEMP{job="dcgm",node_group="gpu"}) < 8'
+    )
+    assert rules["GpuMissing"]["labels"] == {"severity": "critical", "cluster": "p5-training", "node_group": "gpu"}
+    assert rules["GpuXidFellOffBus"]["expr"] == 'DCGM_FI_DEV_XID_ERRORS{job="dcgm"} == 79'
+    assert "for" not in rules["GpuXidFellOffBus"]  # fires at once

@@ -7,7 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusterforge import hostlist
-from clusterforge.hostlist import HostlistError, compress, expand
+from clusterforge.errors import ClusterforgeError
+from clusterforge.hostlist import HostlistError, compress, compress_ints, expand, expand_ints
 
 
 def test_doctests() -> None:
@@ -39,3 +40,93 @@ def test_compress_keeps_padded_ranges_together() -> None:
 def test_roundtrip(nums: set[int], width: int) -> None:
     names = {f"node-{n:0{width}d}" for n in nums}
     assert sorted(expand(compress(names))) == sorted(names)
+
+
+def test_device_files_and_addresses_compress_like_gres_conf() -> None:
+    # gres.conf File= and NodeAddr= take the same syntax (slurm.conf(5), gres.conf(5))
+    assert compress([f"/dev/nvidia{i}" for i in range(8)]) == "/dev/nvidia[0-7]"
+    assert compress([f"/dev/nvidia{i}" for i in range(16)]) == "/dev/nvidia[0-15]"
+    assert compress(["/dev/nvidia0"]) == "/dev/nvidia0"
+    assert compress([f"/dev/dri/renderD{i}" for i in range(128, 136)]) == "/dev/dri/renderD[128-135]"
+    assert compress(["10.0.0.9", "10.0.0.10", "10.0.0.12"]) == "10.0.0.[9-10,12]"
+
+
+def test_expand_ints_cpu_lists() -> None:
+    # the forms the kernel prints in /sys/devices/system/node/node*/cpulist and lscpu -p
+    assert expand_ints("0-47,96-143\n") == [*range(48), *range(96, 144)]
+    assert expand_ints("7") == [7]
+    assert expand_ints(" 3, 1-2 ") == [1, 2, 3]
+    assert expand_ints("0-3,2-5") == [0, 1, 2, 3, 4, 5]  # a set: each id once
+    assert expand_ints("0,0") == [0]
+
+
+def test_compress_ints() -> None:
+    assert compress_ints([0, 1, 2, 3, 8, 10, 11]) == "0-3,8,10-11"
+    assert compress_ints([5, 3, 4, 4]) == "3-5"
+    assert compress_ints({9}) == "9"
+    assert compress_ints([]) == ""
+    assert compress_ints(range(988, 989)) == "988"
+    assert compress_ints(range(1018, 1024)) == "1018-1023"
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        ("", "it is empty"),
+        ("  \n", "it is empty"),
+        ("4-1", "the range 4-1 runs backwards"),
+        ("0-3,,8", "it has an empty item"),
+        ("0-3,", "it has an empty item"),
+        ("[0-3]", "'[0-3]' is not a number or a range"),
+        ("-1", "'-1' is not a number or a range"),
+        ("0x10", "'0x10' is not a number or a range"),
+        ("1-2-3", "'1-2-3' is not a number or a range"),
+        ("9" * 19, "is not a number or a range"),  # refused before int() (4300-digit limit)
+        ("0-1000000", "more than 1000000 numbers"),
+        ("0-600000,700000-1300000", "more than 1000000 numbers"),
+    ],
+)
+def test_expand_ints_errors(bad: str, why: str) -> None:
+    with pytest.raises(HostlistError) as exc:
+        expand_ints(bad, field="lscpu NUMA node0")
+    assert why in exc.value.why
+    text = str(exc.value)
+    assert text.startswith("lscpu NUMA node0 ") and "Fix: " in text
+    assert isinstance(exc.value, ClusterforgeError) and isinstance(exc.value, ValueError)
+
+
+def test_expand_error_message_names_field_value_why_fix() -> None:
+    with pytest.raises(HostlistError) as exc:
+        expand("dgx-[032-001]", field="node_groups[0].onprem.hosts")
+    assert str(exc.value) == (
+        "node_groups[0].onprem.hosts 'dgx-[032-001]': the range 032-001 runs backwards. "
+        "Fix: write the lower number first (001-032)."
+    )
+    assert (exc.value.field, exc.value.value) == ("node_groups[0].onprem.hosts", "dgx-[032-001]")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["n[1-1000001]", "n[1-1000],m[1-1000]x[1-1000]", "a[" + "9" * 5000 + "]", "a[-1]", "a[]", "a[1,,2]"],
+)
+def test_expand_refuses_huge_or_empty_ranges(bad: str) -> None:
+    with pytest.raises(HostlistError):
+        expand(bad)
+
+
+def test_compress_keeps_absurdly_long_numbers_whole() -> None:
+    # int() of more than 4300 digits raises; such a name is kept as it is, never ranged.
+    long = "n" + "1" * 5000
+    assert compress([long]) == long
+
+
+def test_compress_ints_refuses_negatives() -> None:
+    with pytest.raises(HostlistError, match="negative"):
+        compress_ints([-1, 0])
+
+
+@settings(deadline=None, max_examples=100)
+@given(st.sets(st.integers(min_value=0, max_value=5000), max_size=300))
+def test_ints_roundtrip(nums: set[int]) -> None:
+    text = compress_ints(nums)
+    assert (expand_ints(text) if text else []) == sorted(nums)

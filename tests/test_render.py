@@ -16,10 +16,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from clusterforge.clusterspec import load_spec
 from clusterforge.errors import ClusterforgeError
 from clusterforge.render import build_model, render_cluster
+from clusterforge.render.model import BlockModel, TopologyModel
+from clusterforge.render.topology import topology_yaml
 from clusterforge.render.versions import FEATURES, has
 from clusterforge.render.writer import MANIFEST, render_tree, write_render
 from clusterforge.resolve import resolve
@@ -311,3 +314,41 @@ def test_manifest_lists_every_file_with_hash() -> None:
     for f in manifest["files"]:
         assert f["sha256"] == hashlib.sha256(tree[f["name"]]).hexdigest()
         assert f["node_path"].startswith("/") and f["node_groups"]
+
+
+def test_topology_yaml_is_data_not_template_text() -> None:
+    tree = rendered("onprem-dgx.yaml", "25.05")
+    text = tree["slurm/topology.yaml"].decode()
+    assert text.startswith("# topology.yaml for cluster dgx-pod (Slurm 25.05)\n# Rendered by clusterforge.")
+    assert yaml.safe_load(text) == [
+        {
+            "topology": "default",
+            "cluster_default": True,
+            "tree": {
+                "switches": [
+                    {"switch": "leaf-a", "nodes": "dgx-[001-016]"},
+                    {"switch": "leaf-b", "nodes": "dgx-[017-032]"},
+                    {"switch": "leaf-c", "nodes": "cpu-[01-08]"},
+                    {"switch": "spine", "children": "leaf-a,leaf-b,leaf-c"},
+                ]
+            },
+        }
+    ]
+
+
+def test_topology_yaml_quotes_names_yaml_would_misread() -> None:
+    # 'no' and 'on' are valid spec names but YAML 1.1 booleans; a template printed them bare.
+    t = TopologyModel(
+        "topology/block", blocks=(BlockModel("no", "n[1-2]"), BlockModel("on", "n[3-4]")), block_sizes=(2, 4)
+    )
+    got = yaml.safe_load(topology_yaml("c1", "25.05", t))
+    assert got == [
+        {
+            "topology": "default",
+            "cluster_default": True,
+            "block": {
+                "block_sizes": [2, 4],
+                "blocks": [{"block": "no", "nodes": "n[1-2]"}, {"block": "on", "nodes": "n[3-4]"}],
+            },
+        }
+    ]

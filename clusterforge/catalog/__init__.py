@@ -43,8 +43,8 @@ class GpuInfo(_Strict):
             return None
         out: dict[int, str] = {}
         for gpus, cores in self.affinity.items():
-            for g in hostlist.expand(f"[{gpus}]"):
-                out[int(g)] = cores
+            for g in hostlist.expand_ints(gpus, field=f"{self.model} gpu.affinity key"):
+                out[g] = cores
         return out
 
 

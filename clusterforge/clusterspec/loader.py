@@ -16,6 +16,82 @@ from pydantic import BaseModel, ValidationError
 from clusterforge.clusterspec.models import Cluster
 from clusterforge.errors import SpecError
 
+#: A cluster spec nests about six levels (node_groups[0].onprem.placement[0]...); the YAML
+#: composer recurses once per level, so a file nesting a thousand lists would end in Python's
+#: RecursionError. Anything deeper than this is refused with its line instead.
+MAX_DEPTH = 64
+
+#: Values a spec may stand for once YAML aliases are expanded: a few thousand at most in practice.
+#: Aliases of aliases (``b: [*a, *a, ...]``) grow exponentially and would stall validation.
+MAX_VALUES = 100_000
+
+
+class _LimitError(Exception):
+    """A file the YAML parser would accept but that no spec can be: where, why and the fix."""
+
+    def __init__(self, path: str, mark: yaml.Mark, why: str, fix: str) -> None:
+        super().__init__(why)
+        self.path, self.line, self.why, self.fix = path, mark.line + 1, why, fix
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` with limits, so that hostile or broken files end in a message."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._where: list[int | str] = []  # the field path of the node being composed
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if parent is not None:
+            self._where.append(index if isinstance(index, int) else str(getattr(index, "value", "?"))[:40])
+        try:
+            if len(self._where) > MAX_DEPTH:
+                raise _LimitError(
+                    _path(tuple(self._where[:8])) + "...",
+                    self.peek_event().start_mark,  # type: ignore[no-untyped-call]
+                    f"the values nest deeper than {MAX_DEPTH} levels (a cluster spec nests fewer than 10)",
+                    "remove the extra brackets or indentation; `clusterforge schema` shows the structure",
+                )
+            return super().compose_node(parent, index)
+        finally:
+            if parent is not None:
+                self._where.pop()
+
+    def construct_yaml_int(self, node: Any) -> int:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # Python refuses int() of more than 4300 digits
+            raise _LimitError(
+                "(a number)", node.start_mark, f"the number {node.value[:20]}... has {len(node.value)} digits",
+                "write a number of realistic size (counts and sizes here have fewer than 20 digits)",
+            ) from None
+
+
+_SpecLoader.add_constructor("tag:yaml.org,2002:int", _SpecLoader.construct_yaml_int)
+
+
+def _expanded_size(node: yaml.Node) -> int:
+    """How many values ``node`` stands for with aliases expanded (a shared node counts each time)."""
+    sizes: dict[int, int] = {}
+    busy: set[int] = set()
+
+    def size(n: yaml.Node) -> int:
+        if id(n) in sizes:
+            return sizes[id(n)]
+        if id(n) in busy:  # an alias inside its own anchor: a value that contains itself
+            raise SpecError(f"line {n.start_mark.line + 1}: a YAML alias refers to a value that contains it")
+        busy.add(id(n))
+        total = 1
+        if isinstance(n, yaml.SequenceNode):
+            total += sum(size(c) for c in n.value)
+        elif isinstance(n, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in n.value)
+        busy.discard(id(n))
+        sizes[id(n)] = min(total, MAX_VALUES + 1)
+        return sizes[id(n)]
+
+    return size(node)
+
 
 def _path(loc: tuple[int | str, ...]) -> str:
     out = ""
@@ -108,7 +184,19 @@ def load_spec(path: str | Path) -> Cluster:
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"cannot read spec file {str(p)!r}: {exc}") from None
     try:
-        data = yaml.safe_load(text)
+        loader = _SpecLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is not None and _expanded_size(node) > MAX_VALUES:
+                raise SpecError(
+                    f"{p}: the spec stands for more than {MAX_VALUES} values once its YAML aliases (*name) are "
+                    "expanded; write the values out, or use fewer nested aliases"
+                )
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except _LimitError as exc:
+        raise SpecError(f"{p}: {exc.path} (line {exc.line}): {exc.why}. Fix: {exc.fix}.") from None
     except yaml.YAMLError as exc:
         where = ""
         mark = getattr(exc, "problem_mark", None)

@@ -134,7 +134,7 @@ def _looks_like_spec(text: bytes | None) -> bool:
         return False
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError, ValueError):  # deep nesting, 5000-digit ints
         return False
     return isinstance(data, dict) and "name" in data and "node_groups" in data
 
@@ -158,7 +158,7 @@ def discover_specs(repo: Path, base_sha: str, head_sha: str | None) -> list[str]
             if "/" not in rel and name.startswith("Pulumi.") and name.endswith(".yaml") and name != "Pulumi.yaml":
                 try:
                     stack = yaml.safe_load(_read(repo, sha, rel) or b"") or {}
-                except yaml.YAMLError:
+                except (yaml.YAMLError, RecursionError, ValueError):  # deep nesting, 5000-digit ints
                     continue
                 spec = (stack.get("config") or {}).get("clusterforge:spec") if isinstance(stack, dict) else None
                 if isinstance(spec, str):
@@ -173,7 +173,7 @@ def referenced_paths(spec_text: bytes) -> list[str]:
     """Paths a spec names relative to itself (read before validation, so a broken spec still lists them)."""
     try:
         data: Any = yaml.safe_load(spec_text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError, ValueError):  # deep nesting, 5000-digit ints
         return []
     if not isinstance(data, dict):
         return []

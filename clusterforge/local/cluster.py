@@ -187,7 +187,7 @@ class LocalCluster:
         inv = self.state / "inventory-local"
         (inv / "group_vars").mkdir(parents=True, exist_ok=True)
         # an (empty) hosts file makes the folder an inventory source whose group_vars apply
-        (inv / "hosts.yml").write_text("---\nall: {}\n")
+        (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {}}, explicit_start=True))  # "---\nall: {}\n"
         lv = local_vars(layout.net)
         lv["ansible_ssh_private_key_file"] = str(self.state / "id_ed25519")
         # SSH control masters in the state folder, so that `down` finds and stops them

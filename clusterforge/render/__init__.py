@@ -6,7 +6,6 @@ Ansible roles (through the manifest). Nothing else formats a Slurm or NCCL line.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from clusterforge import hostlist
 from clusterforge.clusterspec.models import Cluster
 from clusterforge.clusterspec.types import version_tuple
 from clusterforge.errors import RenderError
-from clusterforge.render.alerts import RULES_PATH, alert_groups
+from clusterforge.render.alerts import RULES_PATH, alert_groups, alerts_yaml
 from clusterforge.render.manifest import (
     BlockRecord,
     ConfigRecords,
@@ -45,7 +44,7 @@ from clusterforge.render.slurm import (
     slurm_sections,
     slurmdbd_settings,
 )
-from clusterforge.render.topology import build_topology
+from clusterforge.render.topology import build_topology, topology_yaml
 from clusterforge.render.versions import has
 from clusterforge.resolve import ResolvedCluster, resolve
 
@@ -66,9 +65,6 @@ def _env() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,  # config files, not HTML
     )
-    # A double-quoted YAML scalar (JSON string syntax), readable: Jinja's tojson escapes < > & '
-    # for HTML, which would print PromQL's "< 8" as "\u003c 8".
-    env.filters["q"] = lambda s: json.dumps(str(s), ensure_ascii=False)
     return env
 
 
@@ -231,6 +227,10 @@ def render(rc: ResolvedCluster) -> RenderResult:
         text = env.get_template(template).render(cluster=c.name, version=ver, **ctx)
         files.append(RenderedFile(name, text, node_path, node_groups, daemons, mode, secret_refs, owner))
 
+    def add_yaml(name: str, text: str, node_path: str, node_groups: tuple[str, ...], daemons: tuple[str, ...]) -> None:
+        # YAML is dumped from data (render/yamlfile.py), not printed by a template
+        files.append(RenderedFile(name, text, node_path, node_groups, daemons, "0644", ()))
+
     nodes = [line for n in m.compute for line in node_fields(n)]
     sections = slurm_sections(m)
     partitions = partition_fields(m)
@@ -253,8 +253,8 @@ def render(rc: ResolvedCluster) -> RenderResult:
             "plugin": t.plugin, "switches": t.switches, "blocks": t.blocks, "block_sizes": t.block_sizes
         }
         if has(m.version, "topology_yaml"):
-            add("slurm/topology.yaml", "topology.yaml.j2", f"{SLURM_CONF}/topology.yaml", all_groups,
-                ("slurmctld",), **topo_ctx)
+            add_yaml("slurm/topology.yaml", topology_yaml(c.name, ver, t), f"{SLURM_CONF}/topology.yaml", all_groups,
+                     ("slurmctld",))
         else:
             add("slurm/topology.conf", "topology.conf.j2", f"{SLURM_CONF}/topology.conf", all_groups,
                 ("slurmctld",), **topo_ctx)
@@ -279,8 +279,7 @@ def render(rc: ResolvedCluster) -> RenderResult:
                 required_files=[])
     rule_groups = alert_groups(m)
     if rule_groups:
-        add("prometheus/alerts.yml", "prometheus-alerts.yml.j2", RULES_PATH, ctl_groups, ("prometheus",),
-            path=RULES_PATH, groups=rule_groups)
+        add_yaml("prometheus/alerts.yml", alerts_yaml(m, rule_groups), RULES_PATH, ctl_groups, ("prometheus",))
     notes = tuple(
         f"{n.group}: {n.profile.name} socket layout unknown, slurm.conf has CPUs={n.cpus}"
         + (f" ThreadsPerCore={n.threads_per_core}" if n.threads_per_core else "")

@@ -19,8 +19,10 @@ exporter, :9100) and job ``dcgm`` (dcgm-exporter, :9400), each target labelled w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from clusterforge.render.model import ClusterModel
+from clusterforge.render.yamlfile import dump_yaml
 
 #: Where the rules go on the monitoring server; the role installs them there and lists them in
 #: prometheus.yml's rule_files (both read this path from the manifest).
@@ -175,3 +177,24 @@ def alert_groups(m: ClusterModel) -> tuple[RuleGroup, ...]:
     if gpu:
         groups.append(RuleGroup("clusterforge-gpus", tuple(gpu)))
     return tuple(groups)
+
+
+def alerts_yaml(m: ClusterModel, groups: tuple[RuleGroup, ...]) -> str:
+    """The rule file Prometheus loads (``promtool check rules`` format), with its header comment."""
+    header = [
+        f"Prometheus alerting rules for cluster {m.cluster.name}, rendered by clusterforge from the spec.",
+        f"The monitoring role installs it as {RULES_PATH}",
+        "(promtool check rules validates it first); edit the spec, not the node.",
+        "Severity critical: drain or fix the node now; warning: look at it today.",
+    ]
+    data = {"groups": [{"name": g.name, "rules": [_rule(m, r) for r in g.rules]} for g in groups]}
+    return dump_yaml(header, data)
+
+
+def _rule(m: ClusterModel, r: AlertRule) -> dict[str, Any]:
+    out: dict[str, Any] = {"alert": r.alert, "expr": r.expr}
+    if r.for_s:
+        out["for"] = f"{r.for_s}s"
+    out["labels"] = {"severity": r.severity, "cluster": m.cluster.name, **dict(r.labels)}
+    out["annotations"] = {"summary": r.summary, "action": r.action}
+    return out

@@ -136,11 +136,10 @@ def _gpu_set(group: NodeGroup, p: HardwareProfile) -> GpuSet | None:
     n = gpu.count
     if gpu.vendor == "nvidia":
         devices = tuple(f"/dev/nvidia{i}" for i in range(n))
-        files = f"/dev/nvidia[0-{n - 1}]" if n > 1 else "/dev/nvidia0"
     else:
         # AMD GPUs are handed out by their DRM render nodes; card i is renderD(128+i).
         devices = tuple(f"/dev/dri/renderD{128 + i}" for i in range(n))
-        files = f"/dev/dri/renderD[128-{127 + n}]" if n > 1 else "/dev/dri/renderD128"
+    files = hostlist.compress(devices)  # /dev/nvidia[0-7]: gres.conf File= takes hostlist syntax
     by_gpu = gpu.cores_by_gpu() or {}
     cores = tuple(by_gpu.get(i) for i in range(n))
     links: tuple[str | None, ...]

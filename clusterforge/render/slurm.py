@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from clusterforge import hostlist
 from clusterforge.render.model import ClusterModel, NodeSet
 from clusterforge.render.versions import has
 
@@ -262,13 +263,7 @@ def gres_groups(m: ClusterModel) -> list[dict[str, Any]]:
                 j = i
                 while j + 1 < g.count and g.cores[j + 1] == g.cores[i]:
                     j += 1
-                devs = g.device_paths[i : j + 1]
-                if len(devs) == 1:
-                    file_ = devs[0]
-                else:
-                    stem = devs[0].rstrip("0123456789")
-                    lo, hi = devs[0][len(stem) :], devs[-1][len(stem) :]
-                    file_ = f"{stem}[{lo}-{hi}]"
+                file_ = hostlist.compress(g.device_paths[i : j + 1])
                 line = [("Name", "gpu"), ("Type", g.type), ("File", file_)]
                 if g.cores[i] is not None:
                     line.append(("Cores", str(g.cores[i])))

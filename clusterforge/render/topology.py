@@ -10,11 +10,13 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 from clusterforge import hostlist
 from clusterforge.clusterspec.models import Cluster
 from clusterforge.errors import RenderError
 from clusterforge.render.model import BlockModel, NodeSet, SwitchModel, TopologyModel
+from clusterforge.render.yamlfile import dump_yaml
 
 UNPLACED = "unplaced"
 EC2_ROOT = "ec2-root"
@@ -137,3 +139,27 @@ def build_topology(cluster: Cluster, nodesets: tuple[NodeSet, ...], base_dir: Pa
         for n in order
     )
     return TopologyModel(plugin="topology/tree", switches=switches)
+
+
+def topology_yaml(cluster: str, version: str, t: TopologyModel) -> str:
+    """``topology.yaml`` (Slurm 25.05+, topology.yaml(5)): one default topology of ``t``'s plugin."""
+    header = [
+        f"topology.yaml for cluster {cluster} (Slurm {version})",
+        "Rendered by clusterforge. Slurm 25.05 reads this file instead of topology.conf.",
+    ]
+    entry: dict[str, Any] = {"topology": "default", "cluster_default": True}
+    if t.plugin == "topology/block":
+        block: dict[str, Any] = {}
+        if t.block_sizes:
+            block["block_sizes"] = list(t.block_sizes)
+        block["blocks"] = [{"block": b.name, "nodes": b.nodes} for b in t.blocks]
+        entry["block"] = block
+    else:
+        # a switch holds nodes (a leaf) or switches, never both (slurmctld refuses it)
+        entry["tree"] = {
+            "switches": [
+                {"switch": s.name, "nodes": s.nodes} if s.nodes else {"switch": s.name, "children": s.switches}
+                for s in t.switches
+            ]
+        }
+    return dump_yaml(header, [entry])
