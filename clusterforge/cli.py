@@ -136,11 +136,9 @@ def check_cmd(
 ) -> None:
     """Load a render into the real slurmctld/slurmd (needs Slurm, munge and root) and compare."""
     from clusterforge.check import check_dir, format_report
+    from clusterforge.render.manifest import Manifest
 
-    if not (rendered / "manifest.json").is_file():
-        raise ClusterforgeError(
-            f"{str(rendered)!r} holds no manifest.json; run `clusterforge render SPEC --out DIR` first"
-        )
+    Manifest.read(rendered)  # a missing, old or malformed manifest is bad input: its message, exit 2
     report = check_dir(rendered, timeout_s=timeout)
     out.print(format_report(report), markup=False)
     raise typer.Exit(0 if report.ok else 1)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -19,9 +21,14 @@ from typing import Any
 import pytest
 
 from clusterforge import check
-from clusterforge.check import CheckReport, ProblemKind, check_dir, format_report
+from clusterforge.check import CheckReport, ProblemKind, check_dir, compare, copies, format_report
+from clusterforge.check import slurmd as probe
+from clusterforge.render.manifest import Manifest
+
+from .check_fixture import good_manifest
 
 GOOD = Path(__file__).parent / "fixtures" / "check" / "good"
+ROOT = Path(__file__).resolve().parents[1]
 
 slurm = pytest.mark.skipif(
     shutil.which("slurmctld") is None or os.geteuid() != 0,
@@ -42,11 +49,13 @@ def replace(rel: str, old: str, new: str) -> Edit:
 
 
 def edit_expect(change: Callable[[dict[str, Any]], None]) -> Edit:
+    """Edit ``expect`` as data; the result must still be a valid typed manifest (so a test is
+    about the expectation, never about a manifest the check refuses to read)."""
+
     def edit(d: Path) -> None:
-        p = d / "manifest.json"
-        manifest = json.loads(p.read_text())
-        change(manifest["expect"])
-        p.write_text(json.dumps(manifest))
+        data = Manifest.read(d).model_dump(mode="json")
+        change(data["expect"])
+        (d / "manifest.json").write_text(Manifest.model_validate(data).to_text())
 
     return edit
 
@@ -109,7 +118,7 @@ def _leftovers_now(workdirs: list[str]) -> list[str]:
 
 
 def test_parse_kv_keeps_values_with_spaces_and_equals() -> None:
-    kv = check._parse_kv("NodeName=gpu-001 CfgTRES=cpu=224,mem=2040000M OS=Linux 6.1.0 #1 SMP Reason=x [root@1]")
+    kv = compare.parse_kv("NodeName=gpu-001 CfgTRES=cpu=224,mem=2040000M OS=Linux 6.1.0 #1 SMP Reason=x [root@1]")
     assert kv["NodeName"] == "gpu-001"
     assert kv["CfgTRES"] == "cpu=224,mem=2040000M"
     assert kv["OS"] == "Linux 6.1.0 #1 SMP"
@@ -127,16 +136,16 @@ def test_parse_kv_keeps_values_with_spaces_and_equals() -> None:
     ],
 )
 def test_slurm_time_formats(text: str, seconds: int | None) -> None:
-    assert check._slurm_seconds(text) == seconds
+    assert compare.slurm_seconds(text) == seconds
 
 
 def test_gres_normalisation_drops_socket_affinity() -> None:
-    assert check._norm_gres("gpu:h100:8(S:0-1)") == check._norm_gres("gpu:h100:8")
-    assert check._norm_gres("(null)") == []
+    assert compare.norm_gres("gpu:h100:8(S:0-1)") == compare.norm_gres("gpu:h100:8")
+    assert compare.norm_gres("(null)") == []
 
 
 def test_parse_slurmd_gres_line() -> None:
-    dev = check._parse_gres_line(
+    dev = probe.parse_gres_line(
         "slurmd-gpu-001: Gres Name=gpu Type=h100 Count=1 Index=0 ID=7696487 File=/dev/nvidia0 "
         "Cores=0-55 CoreCnt=224 Links=-1,18,18,18,18,18,18,18"
     )
@@ -146,16 +155,70 @@ def test_parse_slurmd_gres_line() -> None:
 
 
 def test_set_key_replaces_case_insensitively_and_appends() -> None:
-    text, old = check._set_key("statesavelocation=/var/spool/x\nNodeName=a CPUs=1\n", "StateSaveLocation", "/t")
+    text, old = copies.set_key("statesavelocation=/var/spool/x\nNodeName=a CPUs=1\n", "StateSaveLocation", "/t")
     assert old == "/var/spool/x"
     assert text == "NodeName=a CPUs=1\nStateSaveLocation=/t\n"
-    text, old = check._set_key(text, "AuthInfo", None)
+    text, old = copies.set_key(text, "AuthInfo", None)
     assert old is None and "AuthInfo" not in text
 
 
-def test_controllers_with_and_without_address() -> None:
-    conf = "SlurmctldHost=head-01(10.10.0.10)\nSlurmctldHost=head-02\n"
-    assert check._controllers(conf) == [("head-01", "10.10.0.10"), ("head-02", None)]
+# What Debian's scontrol 22.05.8 prints for `show config` (excerpt, spacing as printed).
+SHOW_CONFIG = """Configuration data as of 2024-01-01T00:00:00
+SlurmctldHost[0]        = head-01(10.10.0.10)
+SlurmctldHost[1]        = head-02
+TopologyParam           = (null)
+TopologyPlugin          = topology/tree
+"""
+
+
+def test_controllers_and_topology_plugin_from_show_config() -> None:
+    config = compare.parse_config(SHOW_CONFIG)
+    assert config["SlurmctldHost[0]"] == "head-01(10.10.0.10)"
+    report = CheckReport(path=Path("x"))
+    compare.compare_config(report, config, good_manifest().expect)
+    # expect names one controller and the same plugin: only head-02 is news
+    assert [p.kind for p in report.problems] == [ProblemKind.CONTROLLER_MISMATCH]
+    assert "head-02" in report.problems[0].message
+    report = CheckReport(path=Path("x"))
+    compare.compare_config(report, {"SlurmctldHost[0]": "head-01", "TopologyPlugin": "topology/none"}, good_manifest().expect)
+    assert [p.message for p in report.problems] == [
+        "SlurmctldHost[0] address is not set (expected 10.10.0.10)",
+        "TopologyPlugin=None (expected topology/tree)",
+    ]
+
+
+def test_fixture_manifest_is_the_typed_one() -> None:
+    """The checked-in manifest.json is what tests/check_fixture.py builds (hashes of the files
+    as they are), so the fixture cannot drift from its typed description."""
+    assert (GOOD / "manifest.json").read_text() == good_manifest().to_text()
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("{not json", "not JSON"),
+        ('{"format": 1, "cluster": "c"}', "format 1, this clusterforge reads format 2"),
+        ('{"format": 2, "cluster": "c"}', "slurm_version: Field required (5 problem(s))"),
+    ],
+)
+def test_malformed_or_old_manifest_is_a_manifest_problem(tmp_path: Path, text: str, why: str) -> None:
+    shutil.copytree(GOOD, tmp_path / "r")
+    (tmp_path / "r" / "manifest.json").write_text(text)
+    report = check_dir(tmp_path / "r")
+    assert report.kinds() == {ProblemKind.MANIFEST}
+    assert why in messages(report, ProblemKind.MANIFEST)
+    assert report.inconclusive
+
+
+def test_cli_check_of_an_old_manifest_is_exit_2_with_the_reason(tmp_path: Path) -> None:
+    shutil.copytree(GOOD, tmp_path / "r")
+    (tmp_path / "r" / "manifest.json").write_text('{"format": 1}')
+    cli = [sys.executable, "-c", "from clusterforge.cli import main; main()"]  # the `clusterforge` command
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cp = subprocess.run([*cli, "check", str(tmp_path / "r")], capture_output=True, text=True, env=env, timeout=60)
+    assert cp.returncode == 2, cp.stdout + cp.stderr
+    assert "format 1, this clusterforge reads format 2" in cp.stderr
+    assert "Traceback" not in cp.stdout + cp.stderr
 
 
 def test_missing_manifest_is_a_manifest_problem(tmp_path: Path) -> None:
@@ -315,7 +378,7 @@ def test_gres_conf_device_beyond_expect_does_not_hang(tmp_path: Path, workdirs: 
 @slurm
 def test_expect_mismatches_in_nodes_partitions_topology_controller(tmp_path: Path) -> None:
     def change(e: dict[str, Any]) -> None:
-        e["controller"]["address"] = "10.10.0.11"
+        e["controllers"][0]["address"] = "10.10.0.11"
         e["nodes"][1]["weight"] = 50
         e["partitions"][0]["max_time"] = "2-00:00:00"
         e["topology"]["switches"][1]["nodes"] = "gpu-[001-003]"
@@ -346,7 +409,7 @@ def test_accounting_and_controller_without_address(tmp_path: Path) -> None:
         tmp_path,
         replace("slurm/slurm.conf", "ReturnToService=2\n", "ReturnToService=2\n" + extra),
         replace("slurm/slurm.conf", "SlurmctldHost=head-01(10.10.0.10)", "SlurmctldHost=head-01"),
-        edit_expect(lambda e: e["controller"].update(address=None)),
+        edit_expect(lambda e: e["controllers"][0].update(address=None)),
     )
     assert report.ok, format_report(report)
     removed = {o.key for o in report.overrides if o.value is None}

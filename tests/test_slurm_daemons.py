@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from clusterforge.check import check_dir, format_report
+from clusterforge import hostlist
+from clusterforge.check import ProblemKind, check_dir, format_report
 from clusterforge.clusterspec import load_spec
 from clusterforge.render import render_cluster
+from clusterforge.render.manifest import Manifest
 from clusterforge.render.writer import render_tree, write_render
 
 from .conftest import EXAMPLE_SPECS, EXAMPLES, ROOT
@@ -69,3 +71,28 @@ def test_newer_golden_differs_only_in_gated_lines(name: str) -> None:
         ]
         unexpected = [ln for ln in diff if not any(g in ln for g in VERSION_GATED)]
         assert unexpected == [], f"{rel}: {unexpected}"
+
+
+@needs_slurm
+@pytest.mark.slurm
+def test_a_wrong_expectation_in_the_manifest_fails_the_real_check(tmp_path: Path) -> None:
+    """The check compares the daemons with the manifest's expect, not with the rendered text: a
+    render whose expect.nodes[0].cpus is off by one (the config text untouched) fails."""
+    name = next(n for n in EXAMPLE_SPECS if target(n) == "22.05")
+    folder = tmp_path / "out"
+    shutil.copytree(GOLDEN / Path(name).stem, folder)
+    manifest = Manifest.read(folder)
+    node = manifest.expect.nodes[0]
+    wrong = manifest.model_copy(
+        update={
+            "expect": manifest.expect.model_copy(
+                update={"nodes": (node.model_copy(update={"cpus": node.cpus + 1}), *manifest.expect.nodes[1:])}
+            )
+        }
+    )
+    (folder / "manifest.json").write_text(wrong.to_text())
+    report = check_dir(folder, timeout_s=60)
+    first = hostlist.expand(node.names)[0]
+    mismatches = [p for p in report.problems if p.kind is ProblemKind.NODE_MISMATCH]
+    assert report.kinds() == {ProblemKind.NODE_MISMATCH}, format_report(report)
+    assert f"node {first}: CPUTot={node.cpus} (expected {node.cpus + 1})" in [p.message for p in mismatches]

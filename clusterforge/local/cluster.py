@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from clusterforge import proc
 from clusterforge.local.layout import DEFAULT_NET, LocalError, LocalLayout, LocalNode, local_vars, plan_layout
 
 HERE = Path(__file__).resolve().parent
@@ -100,11 +101,8 @@ class LocalCluster:
 
     def _nodes_sh(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
         try:
-            p = subprocess.run(
-                [str(NODES_SH), args[0], str(self.state), *args[1:]],
-                capture_output=True, text=True, timeout=timeout, check=False,
-            )
-        except subprocess.TimeoutExpired:
+            p = proc.run([str(NODES_SH), args[0], str(self.state), *args[1:]], timeout=timeout)
+        except proc.ProcTimeout:
             raise LocalError(
                 f"nodes.sh {args[0]} did not finish within {timeout:.0f} s; run `clusterforge local down"
                 f" --state {self.state}` again (it is safe to repeat)"
@@ -171,8 +169,8 @@ class LocalCluster:
 
     def _script(self, script: Path, *args: str, timeout: float) -> str:
         try:
-            p = subprocess.run([str(script), *args], capture_output=True, text=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
+            p = proc.run([str(script), *args], timeout=timeout)
+        except proc.ProcTimeout:
             raise LocalError(f"{script.name} did not finish within {timeout:.0f} s") from None
         if p.returncode != 0:
             raise LocalError(f"{script.name} failed (rc={p.returncode}): {p.stderr.strip()[-2000:]}")
@@ -292,7 +290,7 @@ class LocalCluster:
                 removed += [f"{f[:-1] if f == 'pids' else f}: {ln}" for ln in p.read_text().split() if ln]
         self._nodes_sh("down", timeout=600)
         # Ansible's SSH control masters of this cluster (their sockets are in the state folder)
-        cp = subprocess.run(["pgrep", "-f", f"{self.state}/cp/"], capture_output=True, text=True, check=False)
+        cp = proc.run(["pgrep", "-f", f"{self.state}/cp/"], timeout=30)
         for pid in cp.stdout.split():
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid), 15)

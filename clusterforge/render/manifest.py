@@ -195,7 +195,7 @@ class Manifest(_M):
     def from_text(cls, text: str, where: str = MANIFEST_NAME) -> Manifest:
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, huge integers, absurd nesting
             raise ManifestError(f"{where}: not JSON ({exc}); render again with `clusterforge render`") from None
         if not isinstance(data, dict):
             raise ManifestError(f"{where}: not a JSON object; render again with `clusterforge render`")

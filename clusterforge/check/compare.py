@@ -1,0 +1,258 @@
+"""What the real daemons reported against what the render meant: parsing ``scontrol show …``
+output into records, and comparing them with the manifest's typed ``expect``
+(``clusterforge.render.manifest.Expect``). Pure functions: no processes, no config text."""
+
+from __future__ import annotations
+
+import re
+
+from clusterforge import hostlist
+from clusterforge.check.report import CheckReport, ProblemKind
+from clusterforge.render.manifest import Expect, ExpectNode
+
+__all__ = [
+    "bad_hostlists",
+    "compare_config",
+    "compare_nodes",
+    "compare_partitions",
+    "compare_topology",
+    "names",
+    "norm_gres",
+    "parse_config",
+    "parse_kv",
+    "records",
+    "slurm_seconds",
+]
+
+
+def names(expr: str | None) -> list[str]:
+    """A hostlist from ``expect`` (checked by ``bad_hostlists`` first) or from scontrol, expanded;
+    scontrol's ``(null)`` and an empty field are no names."""
+    if not expr or expr == "(null)":
+        return []
+    return hostlist.expand(expr)
+
+
+def bad_hostlists(expect: Expect) -> list[str]:
+    """Every hostlist of ``expect`` that does not expand, as "where: why"."""
+    fields: list[tuple[str, str | None]] = []
+    for n in expect.nodes:
+        fields += [(f"expect.nodes {n.names}", n.names), (f"gpu_files of {n.names}", n.gpu_files)]
+    fields += [(f"nodes of partition {p.name}", p.nodes) for p in expect.partitions]
+    for s in expect.topology.switches:
+        fields += [(f"nodes of switch {s.name}", s.nodes), (f"switches of switch {s.name}", s.switches)]
+    fields += [(f"nodes of block {b.name}", b.nodes) for b in expect.topology.blocks]
+    out: list[str] = []
+    for where, expr in fields:
+        try:
+            names(expr)
+        except hostlist.HostlistError as exc:
+            out.append(f"{where}: {exc}")
+    return out
+
+
+_KV_START = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/]*)=")
+
+
+def parse_kv(line: str) -> dict[str, str]:
+    """``Key=value Key2=value with spaces`` (scontrol -o) → dict; a value runs to the next key."""
+    out: dict[str, str] = {}
+    matches = list(_KV_START.finditer(line))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        out[m.group(1)] = line[m.end() : end].strip()
+    return out
+
+
+def records(text: str, first_key: str) -> dict[str, dict[str, str]]:
+    """``scontrol show node -o``-style output: one record per line, keyed by ``first_key``."""
+    recs: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith(first_key + "="):
+            kv = parse_kv(line)
+            recs[kv[first_key]] = kv
+    return recs
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """``scontrol show config``: ``Key   = value`` lines (the daemon's view, not the file's)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(" = ")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def slurm_seconds(v: str | None) -> int | None:
+    """Slurm time limits (``3-00:00:00``, ``72:00:00``, ``90``, ``UNLIMITED``) → seconds; None=∞."""
+    if v is None:
+        return None
+    v = v.strip()
+    if v.upper() in ("", "INFINITE", "UNLIMITED", "NONE", "-1"):
+        return None
+    days = 0
+    if "-" in v:
+        d, v = v.split("-", 1)
+        days = int(d)
+        parts = [int(p) for p in v.split(":")]  # days-hours[:minutes[:seconds]]
+        parts += [0] * (3 - len(parts))
+        h, m, s = parts
+    else:
+        parts = [int(p) for p in v.split(":")]
+        if len(parts) == 1:
+            h, m, s = 0, parts[0], 0  # minutes
+        elif len(parts) == 2:
+            h, m, s = 0, parts[0], parts[1]  # minutes:seconds
+        else:
+            h, m, s = parts
+    return ((days * 24 + h) * 60 + m) * 60 + s
+
+
+def norm_gres(v: str | None) -> list[str]:
+    """``gpu:h100:8(S:0-1),nic:1`` → sorted entries without the socket-affinity suffix."""
+    if not v or v == "(null)":
+        return []
+    return sorted(re.sub(r"\(S:[^)]*\)", "", e).strip() for e in v.split(",") if e.strip())
+
+
+def _features(v: str | None) -> set[str]:
+    if not v or v == "(null)":
+        return set()
+    return {f.strip() for f in v.split(",") if f.strip()}
+
+
+def _hostset(expr: str | None) -> set[str]:
+    try:
+        return set(names(expr))
+    except hostlist.HostlistError:
+        return {expr or ""}
+
+
+_HOST = re.compile(r"([^()\s]+)(?:\(([^)]*)\))?")
+_NO_TOPOLOGY = (None, "", "(null)", "topology/none", "topology/default")
+
+
+def compare_config(report: CheckReport, config: dict[str, str], expect: Expect) -> None:
+    """What slurmctld runs with (``scontrol show config``): its controllers, in order, and the
+    topology plugin."""
+    for i, want in enumerate(expect.controllers):
+        got = config.get(f"SlurmctldHost[{i}]")
+        m = _HOST.fullmatch(got or "")
+        if m is None:
+            report.add(ProblemKind.CONTROLLER_MISMATCH, f"slurmctld has no SlurmctldHost[{i}] (expected {want.name})")
+            continue
+        name, addr = m.group(1), m.group(2) or None
+        if name != want.name:
+            report.add(ProblemKind.CONTROLLER_MISMATCH, f"SlurmctldHost[{i}] is {name} (expected {want.name})")
+        elif addr != want.address:
+            report.add(
+                ProblemKind.CONTROLLER_MISMATCH,
+                f"SlurmctldHost[{i}] address is {addr or 'not set'} (expected {want.address or 'not set'})",
+            )
+    extra = [v for k, v in config.items() if k.startswith("SlurmctldHost[")][len(expect.controllers) :]
+    for v in extra:
+        report.add(ProblemKind.CONTROLLER_MISMATCH, f"slurmctld has controller {v}, which expect does not list")
+    plugin = config.get("TopologyPlugin")
+    plugin = None if plugin in _NO_TOPOLOGY else plugin
+    if plugin != expect.topology.plugin:
+        report.add(ProblemKind.TOPOLOGY_MISMATCH, f"TopologyPlugin={plugin} (expected {expect.topology.plugin})")
+
+
+def compare_nodes(report: CheckReport, expect: Expect) -> None:
+    expected: set[str] = set()
+    for node in expect.nodes:
+        for n in names(node.names):
+            expected.add(n)
+            got = report.nodes.get(n)
+            if got is None:
+                report.add(ProblemKind.NODE_MISSING, f"slurmctld does not know node {n} (group {node.group})", n)
+            else:
+                _compare_node(report, node, n, got)
+    for n in sorted(set(report.nodes) - expected):
+        report.add(ProblemKind.NODE_UNEXPECTED, f"slurmctld knows node {n}, which expect does not list", n)
+
+
+def _compare_node(report: CheckReport, node: ExpectNode, n: str, got: dict[str, str]) -> None:
+    # expect.sockets is per board (slurm.conf SocketsPerBoard); scontrol's "Sockets" is the
+    # node's total (Boards=2 SocketsPerBoard=2 prints Sockets=4).
+    sockets = None if node.sockets is None else node.sockets * (node.boards or 1)
+    ints = (
+        ("CPUTot", node.cpus),
+        ("Boards", node.boards),
+        ("Sockets", sockets),
+        ("CoresPerSocket", node.cores_per_socket),
+        ("ThreadsPerCore", node.threads_per_core),
+        ("RealMemory", node.real_memory),
+        ("Weight", node.weight),
+    )
+    diffs = [f"{k}={got.get(k)} (expected {v})" for k, v in ints if v is not None and got.get(k) != str(v)]
+    want_gres, got_gres = norm_gres(node.gres), norm_gres(got.get("Gres"))
+    if want_gres and not got_gres:
+        report.add(
+            ProblemKind.GRES_DROPPED,
+            f"node {n}: Gres=(null) but expected {node.gres}; slurmctld drops GRES silently when "
+            "GresTypes does not name them",
+            n,
+        )
+    elif want_gres != got_gres:
+        diffs.append(f"Gres={got.get('Gres')} (expected {node.gres})")
+    if _features(got.get("AvailableFeatures")) != set(node.features):
+        diffs.append(f"AvailableFeatures={got.get('AvailableFeatures')} (expected {','.join(node.features)})")
+    if diffs:
+        report.add(ProblemKind.NODE_MISMATCH, f"node {n}: " + "; ".join(diffs), n)
+
+
+def compare_partitions(report: CheckReport, expect: Expect) -> None:
+    for p in expect.partitions:
+        got = report.partitions.get(p.name)
+        if got is None:
+            report.add(ProblemKind.PARTITION_MISSING, f"slurmctld has no partition {p.name}", p.name)
+            continue
+        diffs: list[str] = []
+        if _hostset(got.get("Nodes")) != set(names(p.nodes)):
+            diffs.append(f"Nodes={got.get('Nodes')} (expected {p.nodes})")
+        if (got.get("Default") == "YES") != p.default:
+            diffs.append(f"Default={got.get('Default')} (expected {'YES' if p.default else 'NO'})")
+        try:
+            same = slurm_seconds(got.get("MaxTime")) == slurm_seconds(p.max_time)
+        except ValueError:
+            same = got.get("MaxTime") == p.max_time
+        if not same:
+            diffs.append(f"MaxTime={got.get('MaxTime')} (expected {p.max_time})")
+        if diffs:
+            report.add(ProblemKind.PARTITION_MISMATCH, f"partition {p.name}: " + "; ".join(diffs), p.name)
+    for name in sorted(set(report.partitions) - {p.name for p in expect.partitions}):
+        report.add(ProblemKind.PARTITION_MISMATCH, f"slurmctld has partition {name}, which expect does not list", name)
+
+
+def compare_topology(report: CheckReport, expect: Expect) -> None:
+    """Switches by name. slurmctld lists under Nodes= every node below a switch, so the expected
+    node set of an upper switch is the union over its subtree."""
+    by_name = {s.name: s for s in expect.topology.switches}
+
+    def subtree_nodes(name: str, seen: frozenset[str] = frozenset()) -> set[str]:
+        s = by_name.get(name)
+        if s is None or name in seen:
+            return set()
+        out = set(names(s.nodes))
+        for child in names(s.switches):
+            out |= subtree_nodes(child, seen | {name})
+        return out
+
+    for s in expect.topology.switches:
+        got = report.topology.get(s.name)
+        if got is None:
+            report.add(ProblemKind.TOPOLOGY_MISMATCH, f"slurmctld has no switch {s.name}", s.name)
+            continue
+        diffs: list[str] = []
+        want_nodes = subtree_nodes(s.name)
+        if _hostset(got.get("Nodes")) != want_nodes:
+            diffs.append(f"Nodes={got.get('Nodes')} (expected {hostlist.compress(want_nodes) or 'none'})")
+        if _hostset(got.get("Switches")) != set(names(s.switches)):
+            diffs.append(f"Switches={got.get('Switches', '(none)')} (expected {s.switches or 'none'})")
+        if diffs:
+            report.add(ProblemKind.TOPOLOGY_MISMATCH, f"switch {s.name}: " + "; ".join(diffs), s.name)
+    for name in sorted(set(report.topology) - set(by_name)):
+        report.add(ProblemKind.TOPOLOGY_MISMATCH, f"slurmctld has switch {name}, which expect does not list", name)

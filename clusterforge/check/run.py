@@ -1,0 +1,172 @@
+"""The check's steps in order, under one deadline, with everything it started stopped at the end:
+read the manifest, preflight, private copies, client-side parse, munged, slurmd -G probes and
+slurmctld (``check_dir``)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from clusterforge import hostlist, proc
+from clusterforge.check import compare, environment, slurmd
+from clusterforge.check.copies import make_copies, set_munge_socket
+from clusterforge.check.report import CheckReport, ProblemKind
+from clusterforge.check.slurmctld import Slurmctld
+from clusterforge.render.manifest import MANIFEST_NAME, Manifest, ManifestError
+
+__all__ = ["check_dir"]
+
+
+class _Check:
+    def __init__(self, path: Path, timeout_s: float) -> None:
+        self.src = path
+        self.report = CheckReport(path=path)
+        self.deadline = time.monotonic() + timeout_s
+        self.tmp = Path(tempfile.mkdtemp(prefix="clusterforge-check-"))
+        # mkdtemp makes 0700: the slurm user could not reach its state dir (local-cluster.md §1)
+        self.tmp.chmod(0o755)
+        self.started: list[proc.Daemon] = []
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        self.hosts = self.tmp / "hosts"
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def timed(self, name: str, t0: float) -> None:
+        self.report.timings[name] = round(time.monotonic() - t0, 3)
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        try:
+            self._run()
+        finally:
+            for d in reversed(self.started):
+                d.stop()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.timed("total", t0)
+
+    def load(self) -> Manifest | None:
+        r = self.report
+        try:
+            manifest = Manifest.read(self.src)
+        except ManifestError as exc:
+            r.add(ProblemKind.MANIFEST, str(exc), MANIFEST_NAME)
+            return None
+        r.cluster = manifest.cluster
+        bad = compare.bad_hostlists(manifest.expect)
+        if not manifest.expect.controllers:
+            bad.append("expect.controllers is empty: a render names at least one controller")
+        if not (self.src / "slurm" / "slurm.conf").is_file():
+            bad.append(f"{self.src / 'slurm' / 'slurm.conf'} is missing: render again")
+        for why in bad:
+            r.add(ProblemKind.MANIFEST, why, MANIFEST_NAME)
+        return None if bad else manifest
+
+    def _run(self) -> None:
+        r = self.report
+        manifest = self.load()
+        if manifest is None:
+            return
+        bins = environment.preflight(r, manifest.slurm_version)
+        if bins is None:
+            return
+        user = manifest.slurm.user
+        try:
+            pw = pwd.getpwnam(user)
+        except KeyError:
+            r.add(ProblemKind.ENVIRONMENT, f"SlurmUser {user!r} (manifest slurm.user) does not exist on this machine")
+            return
+        try:
+            copies = make_copies(self.src, self.tmp, pw, r)
+        except OSError as exc:
+            r.add(ProblemKind.MANIFEST, f"cannot copy the render: {exc}", "slurm/")
+            return
+        expect = manifest.expect
+        parse_warnings = self.client_parse(bins, copies.parse, manifest)
+        if parse_warnings is None:
+            return
+        if not self.munge(bins, copies.ctld):
+            return
+        environment.write_hosts(self.hosts, manifest)
+        # slurmd -G needs no controller: run the probes while slurmctld starts (2-core CI box).
+        probes = []
+        for node in expect.nodes:
+            if node.gpu_count > 0:
+                probe = slurmd.start_probe(
+                    node, bins=bins, tmp=self.tmp, hosts=self.hosts, conf=copies.slurmd, env=self.env
+                )
+                self.started.append(probe.daemon)
+                probes.append(probe)
+        ctld = Slurmctld(r, bins, self.tmp, self.hosts, self.env, self.deadline, copies.accounting_off)
+        ctld_errors = ctld.run(copies.ctld, expect, self.started)
+        for probe in probes:
+            slurmd.finish_probe(r, probe, ctld_errors, self.deadline)
+        # Client-side warnings are the same lines slurmctld logs; report only the ones it did not.
+        for w in parse_warnings:
+            if w.split("error: ", 1)[-1] not in ctld_errors:
+                r.add(ProblemKind.PARSE, f"scontrol warns while parsing slurm.conf: {w}", "slurm.conf")
+
+    def client_parse(self, bins: dict[str, str], conf: Path, manifest: Manifest) -> list[str] | None:
+        """Step 1: every Slurm client parses all of slurm.conf; unknown keys fail here in ms.
+        Returns its warnings, or None when the parse failed (reported)."""
+        t0 = time.monotonic()
+        nodes = manifest.expect.nodes
+        names = [n for node in nodes for n in compare.names(node.names)]
+        arg = ",".join(node.names for node in nodes) or "localhost"
+        try:
+            cp = proc.run(
+                [bins["scontrol"], "show", "hostnames", arg],
+                timeout=min(environment.CLIENT_TIMEOUT_S, self.remaining()),
+                env=dict(self.env, SLURM_CONF=str(conf)),
+            )
+        except proc.ProcTimeout:
+            self.report.add(ProblemKind.TIMEOUT, "scontrol show hostnames did not finish", "slurm.conf")
+            return None
+        except proc.ProcError as exc:
+            self.report.add(ProblemKind.ENVIRONMENT, str(exc))
+            return None
+        finally:
+            self.timed("parse", t0)
+        err = cp.stderr.strip()
+        if cp.returncode != 0:
+            self.report.add(ProblemKind.PARSE, f"scontrol rejects slurm.conf (rc={cp.returncode}): {err}", "slurm.conf")
+            return None
+        got = cp.stdout.split()
+        if names and got != names:
+            self.report.add(
+                ProblemKind.PARSE,
+                f"Slurm expands the expected node names to {hostlist.compress(got)}, clusterforge to "
+                f"{hostlist.compress(names)}",
+                "slurm.conf",
+            )
+        return [ln.removeprefix("scontrol: ") for ln in err.splitlines() if ln.strip()]
+
+    def munge(self, bins: dict[str, str], ctld_conf: Path) -> bool:
+        """Use the host's munged if it answers, else a private one on its own socket and key."""
+        t0 = time.monotonic()
+        try:
+            if environment.host_munged_answers(bins, self.env, self.remaining()):
+                return True
+            daemon, sock = environment.start_munged(self.report, bins, self.tmp / "munge", self.env, self.deadline)
+            self.started.append(daemon)
+            if sock is None:
+                return False
+            set_munge_socket(ctld_conf, sock, self.tmp, self.report)
+            return True
+        finally:
+            self.timed("munge", t0)
+
+
+def check_dir(path: Path, *, timeout_s: float = 30) -> CheckReport:
+    """Check a rendered output folder (``manifest.json`` + ``slurm/*.conf``) with the real daemons.
+
+    ``timeout_s`` bounds all waiting together; stopping what was started takes at most a few
+    seconds more. Never raises for a bad config or manifest: every finding is a ``Problem``.
+    """
+    check = _Check(Path(path), timeout_s)
+    check.run()
+    return check.report

@@ -1,0 +1,192 @@
+"""Step 2 of the check: a throw-away ``slurmctld -D -c`` on the private copy, in private UTS,
+mount and network namespaces, and the ``scontrol`` queries compared with ``expect``.
+
+The namespace's hostname is the expected primary controller (slurmctld refuses to run elsewhere),
+its ``/etc/hosts`` (bind-mounted) resolves the controllers and every node, and its loopback
+carries every IPv4 address (``local 0.0.0.0/0 dev lo``: whatever address slurm.conf gives the
+controller, ``scontrol`` reaches the slurmctld listening on all addresses) plus the expected
+controller addresses. slurmctld either runs as primary controller or exits (= rejected); while it
+runs, ``scontrol show node/partition/topology/config`` are compared with the manifest's
+``expect`` and every ``error:``/``fatal:`` log line that is not known noise is a problem.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from clusterforge import proc
+from clusterforge.check import compare
+from clusterforge.check.report import CheckReport, ProblemKind
+from clusterforge.render.manifest import Expect
+
+__all__ = ["CTLD_NOISE", "CTLD_NO_DBD_NOISE", "NS_READY", "Slurmctld", "noise"]
+
+# error:/fatal: lines from slurmctld that say nothing about the config under test. Each entry is
+# (regex, why). Keep it short: every entry is a class of real errors the check can no longer see.
+CTLD_NOISE: tuple[tuple[str, str], ...] = (
+    (r"mpi/pmix|MPI: Cannot create context", "Debian's slurm-wlm cannot load libpmix; logged on every start"),
+    (r"Configured MailProg is invalid", "the production MailProg (/usr/bin/mail) is not installed here"),
+    (
+        r"Could not open (job|reservation|node|trigger|assoc\w*|qos|resv|fed\w*) state file"
+        r"|NOTE: Trying backup state save file|No (job|reservation) state file",
+        "the check starts from an empty state directory (slurmctld -c)",
+    ),
+)
+# Only when the check turned accounting off (no slurmdbd runs during the check).
+CTLD_NO_DBD_NOISE: tuple[tuple[str, str], ...] = (
+    (
+        r"Job accounting information gathered, but not stored"
+        r"|Even though we are collecting accounting information",
+        "the check stores no accounting: JobAcctGatherType without AccountingStorageType",
+    ),
+)
+
+NS_READY = "clusterforge-check: namespace ready"
+_PRIMARY = "Running as primary controller"
+_NOT_CONTROLLER = "not a valid controller"
+_ERRORISH = re.compile(r"\b(error|fatal):", re.IGNORECASE)
+STAND_IN_ADDR = "192.0.2.1"  # TEST-NET-1 (RFC 5737): never a real host; see Slurmctld.run()
+# slurmctld saves its state on SIGTERM and notices the signal only between 1 s background ticks;
+# the state is thrown away, so it gets less time before SIGKILL.
+_CTLD_GRACE_S = 1.0
+_GRACE_S = 2.0
+_QUERIES: dict[str, list[str]] = {
+    "node": ["show", "node", "-o"],
+    "partition": ["show", "partition", "-o"],
+    "topology": ["show", "topology"],
+    "config": ["show", "config"],
+}
+
+
+def noise(line: str, patterns: Iterable[tuple[str, str]]) -> bool:
+    return any(re.search(rx, line) for rx, _ in patterns)
+
+
+@dataclass
+class Slurmctld:
+    """One run of slurmctld for one check. ``bins`` maps tool names to absolute paths."""
+
+    report: CheckReport
+    bins: Mapping[str, str]
+    tmp: Path
+    hosts: Path
+    env: Mapping[str, str]
+    deadline: float
+    accounting_off: bool
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def timed(self, name: str, t0: float) -> None:
+        self.report.timings[name] = round(time.monotonic() - t0, 3)
+
+    def run(self, conf: Path, expect: Expect, started: list[proc.Daemon]) -> set[str]:
+        """Start, query, stop; returns the messages of the error lines slurmctld logged (for
+        de-duplication against slurmd's and the client parse's copies of them)."""
+        r = self.report
+        # glibc's getaddrinfo(AI_ADDRCONFIG), which Slurm uses, finds nothing at all in a namespace
+        # that has only loopback addresses: a documentation address (RFC 5737) on lo fixes that.
+        batch = ["link set lo up", f"addr add {STAND_IN_ADDR}/32 dev lo", "route add local 0.0.0.0/0 dev lo"]
+        for c in expect.controllers:
+            if c.address and ":" in c.address:  # the IPv4 route above covers every IPv4 address
+                batch.append(f"addr add {c.address}/128 dev lo")
+        ipb = self.tmp / "ip.batch"
+        ipb.write_text("\n".join(batch) + "\n")
+        script = (
+            'mount --bind "$1" /etc/hosts && hostname "$2" && ip -batch "$3" && '
+            f'echo "{NS_READY}" && exec "$4" -D -c -f "$5"'
+        )
+        argv = [self.bins["unshare"], "--uts", "--mount", "--net", "--", "sh", "-c", script, "sh"]
+        argv += [str(self.hosts), expect.controller.name, str(ipb), self.bins["slurmctld"], str(conf)]
+        env = dict(self.env, SLURM_CONF=str(conf))
+        t0 = time.monotonic()
+        daemon = proc.start(argv, env=env)
+        started.append(daemon)
+        exited = False
+        try:
+            hit = daemon.lines.wait_for(lambda ln: _PRIMARY in ln or "fatal:" in ln, self.deadline)
+            self.timed("slurmctld_start", t0)
+            if hit is not None and _PRIMARY in hit and daemon.alive():
+                t1 = time.monotonic()
+                self.query(daemon.pid, env, expect)
+                self.timed("scontrol", t1)
+            else:
+                # A rejected config exits by itself right after its fatal line: let it.
+                exited = daemon.wait_exit(min(_GRACE_S, max(self.remaining(), 0.1)))
+        finally:
+            t2 = time.monotonic()
+            daemon.stop(_CTLD_GRACE_S)
+            lines = daemon.lines.join(_GRACE_S)
+            self.timed("slurmctld_stop", t2)
+        r.slurmctld_log = lines
+        if NS_READY not in lines:
+            r.add(ProblemKind.ENVIRONMENT, "namespace setup for slurmctld failed: " + " | ".join(lines[-5:]))
+            return set()
+        lines = lines[lines.index(NS_READY) + 1 :]
+        patterns = CTLD_NOISE + (CTLD_NO_DBD_NOISE if self.accounting_off else ())
+        errors = [ln.removeprefix("slurmctld: ") for ln in lines if _ERRORISH.search(ln) and not noise(ln, patterns)]
+        messages = {e.split("error: ", 1)[-1] for e in errors}
+        if not any(_PRIMARY in ln for ln in lines):
+            why = " | ".join(errors[-6:]) or " | ".join(lines[-4:])
+            if exited or any("fatal:" in ln for ln in lines):
+                r.add(ProblemKind.REJECTED, f"slurmctld exited (rc={daemon.returncode}): {why}", "slurmctld")
+                if any(_NOT_CONTROLLER in ln for ln in lines):
+                    r.add(
+                        ProblemKind.CONTROLLER_MISMATCH,
+                        f"slurm.conf's SlurmctldHost is not {expect.controller.name}, the controller expect names",
+                    )
+            else:
+                r.add(ProblemKind.TIMEOUT, f"slurmctld did not become primary controller in time: {why}")
+            return messages
+        for e in errors:
+            r.add(ProblemKind.LOG_ERROR, e, "slurmctld")
+        return messages
+
+    def query(self, pid: int, env: Mapping[str, str], expect: Expect) -> None:
+        """scontrol inside the controller's namespaces (its address, its /etc/hosts), in parallel."""
+        r = self.report
+        ns = [self.bins["nsenter"], "-t", str(pid), "-u", "-m", "-n", "--", self.bins["scontrol"]]
+        timeout = self.remaining()  # the controller is up: a slow answer is load, not a hang
+        results: dict[str, proc.ProcError | str] = {}
+
+        def one(what: str) -> None:
+            try:
+                cp = proc.run(ns + _QUERIES[what], timeout=timeout, env=env)
+            except proc.ProcError as exc:
+                results[what] = exc
+                return
+            if cp.returncode != 0:
+                results[what] = proc.ProcError(f"scontrol show {what} failed: {cp.stderr.strip()}", cp.args)
+            else:
+                results[what] = cp.stdout
+
+        threads = [threading.Thread(target=one, args=(w,)) for w in _QUERIES]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        outputs: dict[str, str] = {}
+        for what in _QUERIES:
+            res = results.get(what)
+            if isinstance(res, proc.ProcTimeout):
+                r.add(ProblemKind.TIMEOUT, f"scontrol show {what} did not answer")
+            elif isinstance(res, proc.ProcError) or res is None:
+                r.add(ProblemKind.SCONTROL, str(res) if res else f"scontrol show {what}: no answer")
+            else:
+                outputs[what] = res
+        if "config" in outputs:
+            compare.compare_config(r, compare.parse_config(outputs["config"]), expect)
+        if "node" in outputs:
+            r.nodes = compare.records(outputs["node"], "NodeName")
+            compare.compare_nodes(r, expect)
+        if "partition" in outputs:
+            r.partitions = compare.records(outputs["partition"], "PartitionName")
+            compare.compare_partitions(r, expect)
+        if "topology" in outputs:
+            r.topology = compare.records(outputs["topology"], "SwitchName")
+            compare.compare_topology(r, expect)
