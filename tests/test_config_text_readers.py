@@ -43,7 +43,7 @@ ALLOWED = {
 # Patterns over a tool's or daemon's OUTPUT that shares the config syntax: (path, pattern) -> why.
 # By exact pattern, so a new pattern in the same module is still flagged.
 OUTPUT_PARSERS = {
-    ("clusterforge/catalog/facts.py", "NodeName="): "parses `slurmd -C` output (a fact), not a rendered file",
+    ("clusterforge/catalog/facts/slurmd_c.py", "NodeName="): "parses `slurmd -C` output (a fact), not a rendered file",
     ("clusterforge/check/compare.py", "SlurmctldHost["): "parses `scontrol show config` (the daemon's view)",
 }
 # Known, owned elsewhere; every entry must still be needed (see the last test), so it goes as
