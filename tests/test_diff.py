@@ -32,10 +32,10 @@ from clusterforge.diff import (
     to_json,
     to_markdown,
 )
-from clusterforge.render.restart import summarise
 from clusterforge.diff.pulumi_preview import summarise as summarise_preview
 from clusterforge.diff.report import FileDiff
 from clusterforge.diff.sides import at_ref
+from clusterforge.render.restart import summarise
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -138,7 +138,10 @@ def _compare(
     return out
 
 
-def host_settings(base: tuple[ResolvedCluster, Inventory], head: tuple[ResolvedCluster, Inventory]) -> list[HostSetting]:
+Side = tuple[ResolvedCluster, Inventory]
+
+
+def host_settings(base: Side, head: Side) -> list[HostSetting]:
     """Every changed inventory variable between the two sides, classified."""
     sides = _Sides([base, head])
     (_brc, binv), (_hrc, hinv) = base, head
@@ -208,5 +211,5 @@ def host_steps(settings: Iterable[HostSetting], already_drained: str = "") -> tu
     reboot = _compress(n for s in items if s.action is HostAction.REBOOT for n in hostlist.expand(s.hosts))
     if reboot:
         middle.append(f"reboot {reboot} (a new kernel driver loads at boot)")
-    last = [f"scontrol update NodeName={_compress(drain_all)} State=RESUME once they are back"] if drain_all - skip else []
+    last = [f"scontrol update NodeName={drain} State=RESUME once they are back"] if drain else []
     return first, middle, last

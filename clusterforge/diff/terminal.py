@@ -28,7 +28,8 @@ def _summary(report: DiffReport) -> Table:
         if not s.changed:
             t.add_row(s.spec, "unchanged", "", "", "", "", "")
         elif s.error:
-            t.add_row(s.spec, "", "", "", Text("error", style="bold red"), "", f"+{len(s.introduced)}/-{len(s.resolved)}")
+            findings = f"+{len(s.introduced)}/-{len(s.resolved)}"
+            t.add_row(s.spec, "", "", "", Text("error", style="bold red"), "", findings)
         else:
             t.add_row(
                 s.spec + ("" if s.status == "modified" else f" ({s.status})"), resource_counts(s.resources),
@@ -67,7 +68,8 @@ def _hosts(s: SpecDiff) -> Tree | None:
     tree = Tree(Text(f"Host settings: {s.host_action.value}", style="bold"))
     for h in s.host_settings:
         head = Text(f"{h.variable} ({h.scope}): {show(h.before, 60)} → {show(h.after, 60)}  ")
-        head.append(h.action.value + (", drain" if h.drain_nodes else ""), style="bold red" if h.drain_nodes else "bold")
+        style = "bold red" if h.drain_nodes else "bold"
+        head.append(h.action.value + (", drain" if h.drain_nodes else ""), style=style)
         node = tree.add(head)
         node.add(f"roles {', '.join(h.roles) or '—'} on {h.hosts or '—'}")
         if h.drain_nodes:
