@@ -584,3 +584,20 @@ def test_cli_exit_codes(repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pyt
     assert "git ref 'no-such-ref' does not name a commit" in err and "fetch-depth: 0" in err and "Traceback" not in err
     assert run("--base-spec", "examples/p5-training.yaml") == 2
     assert "--base-spec and --head-spec go together" in capsys.readouterr().err
+
+
+def test_facts_option_resolves_both_sides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """--facts DIR reaches both sides' resolution: the right folder diffs, a wrong one is exit 2."""
+    base = EXAMPLES / "amd-mi300x.yaml"
+    head = tmp_path / "amd-mi300x.yaml"
+    shutil.copytree(EXAMPLES / "facts", tmp_path / "facts")  # the spec's own facts_dir must exist to validate
+    head.write_text(base.read_text().replace('max_time: "2-00:00:00"', 'max_time: "1-00:00:00"'))
+    (s,) = diff_spec_files(base, head, plan=False, facts_dir=EXAMPLES / "facts" / "mi300x").specs
+    assert not s.error, s.error
+    assert [(i.subject, i.cls) for i in s.impacts] == [("PartitionName=gpu", ImpactClass.RECONFIGURE)]
+    assert _cli(monkeypatch, "--base-spec", str(base), "--head-spec", str(head), "--no-plan",
+                "--facts", str(EXAMPLES / "facts"), "--format", "json") == 2
+    out = capsys.readouterr()
+    assert json.loads(out.out)["specs"][0]["error"].startswith("head does not load: ")
+    assert "none of slurmd-C.txt" in out.err and "Traceback" not in out.err

@@ -58,9 +58,11 @@ def _load(src: SpecSource, which: str, *, plan: bool, facts_dir: Path | None) ->
     if src.path is None:
         side.resources = {}
         return side
+    from clusterforge.catalog.facts import FactsError
+
     try:
         rc = resolve_file(src.path, facts_dir=facts_dir)
-    except ClusterforgeError as exc:
+    except (ClusterforgeError, FactsError) as exc:  # FactsError: a fact file that does not parse
         side.error = "does not load: " + str(exc).replace(str(src.path), src.spec_path)
         return side
     side.rc, side.findings = rc, list(rc.findings)
