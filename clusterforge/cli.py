@@ -231,10 +231,15 @@ def diff_cmd(
     json_output: Annotated[Path | None, typer.Option(help="also write the JSON report to this file")] = None,
     plan: Annotated[bool, typer.Option(help="plan AWS resources with Pulumi's mock engine (--no-plan skips)")] = True,
     max_chars: Annotated[int, typer.Option(help="size cap of the markdown form")] = 60_000,
+    facts: Annotated[
+        Path | None, typer.Option("--facts", help="discovered hardware facts folder; both sides resolve with it")
+    ] = None,
 ) -> None:
-    """What a change does: AWS resources, rendered configs, hourly cost, impact on a running cluster.
+    """What a change does: AWS resources, rendered configs, host settings, hourly cost, impact on a
+    running cluster.
 
-    Exit codes: 0 no change, 1 changes, 2 error (bad ref, bad spec, bad option).
+    Exit codes: 0 no change, 1 changes, 2 error (bad ref, bad option, or a head spec that does not
+    load, validate or render: the report is still written and says so at the top).
     """
     from clusterforge.diff import diff_refs, diff_spec_files, print_terminal, to_json, to_markdown
 
@@ -245,9 +250,11 @@ def diff_cmd(
     if base_spec is not None and head_spec is not None:
         if specs or base or head:
             raise ClusterforgeError("--base-spec/--head-spec compare two files; drop SPEC, --base and --head")
-        report = diff_spec_files(base_spec, head_spec, plan=plan)
+        report = diff_spec_files(base_spec, head_spec, plan=plan, facts_dir=facts)
     else:
-        report = diff_refs(Path.cwd(), base=base, head=head, specs=[str(s) for s in specs or []], plan=plan)
+        report = diff_refs(
+            Path.cwd(), base=base, head=head, specs=[str(s) for s in specs or []], plan=plan, facts_dir=facts
+        )
     if json_output is not None:
         json_output.write_text(to_json(report), encoding="utf-8")
     if fmt == "terminal":
@@ -261,6 +268,8 @@ def diff_cmd(
             output.write_text(text, encoding="utf-8")
         else:
             sys.stdout.write(text)
+    for s in report.errors:  # also on stderr, whatever the format went to
+        sys.stderr.write(f"error: {s.spec}: {s.error}\n")
     raise typer.Exit(report.exit_code)
 
 

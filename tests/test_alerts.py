@@ -21,8 +21,7 @@ import pytest
 import yaml
 
 from clusterforge.clusterspec import load_spec
-from clusterforge.diff.impact import ImpactClass, classify_file
-from clusterforge.render import render_cluster
+from clusterforge.render import render_cluster, restart
 from clusterforge.render.writer import render_tree
 
 from .conftest import EXAMPLES, ROOT
@@ -109,10 +108,14 @@ def test_rules_follow_the_monitoring_section(tmp_path: Path) -> None:
 
 
 def test_changed_rules_touch_no_slurm_daemon() -> None:
-    before = (GOLDEN / "p5-training/prometheus/alerts.yml").read_text()
-    (imp,) = classify_file("prometheus/alerts.yml", before, before.replace("for: 120s", "for: 180s"),
-                           slurmd_nodes="gpu-[001-002]", file_nodes="head", daemons=("prometheus",))
-    assert imp.cls is ImpactClass.NONE and "Prometheus" in imp.why and not imp.slurmd_nodes
+    """The restart policy (what the diff and the role obey) on a manifest whose alert rules changed."""
+    old = render_cluster(load_spec(EXAMPLES / "p5-training.yaml"), base_dir=EXAMPLES).manifest()
+    files = tuple(
+        f.model_copy(update={"sha256": "0" * 64}) if f.name == "prometheus/alerts.yml" else f for f in old.files
+    )
+    (imp,) = restart.impacts(old, old.model_copy(update={"files": files}))
+    assert imp.file == "prometheus/alerts.yml"
+    assert imp.cls is restart.ImpactClass.NONE and "Prometheus" in imp.why and not imp.slurmd_nodes
 
 
 def test_promql_is_written_as_is() -> None:

@@ -1,7 +1,7 @@
 """`clusterforge diff`: resources, rendered configs, cost, running-cluster impact, findings.
 
-Two layers: fast pure-data tests (hand-made plans and config pairs, the Markdown cap, the
-workflow), and one real diff of a temporary git repository with two commits of example specs,
+Three layers: fast pure-data tests (hand-made plans, the Markdown cap, the workflow), spec pairs
+(one field changed, both sides rendered: impacts, host settings, exit 2 for a broken head), and one real diff of a temporary git repository with two commits of example specs,
 computed once per module (planning both sides of p5-training is the expensive part).
 """
 
@@ -24,18 +24,18 @@ from clusterforge.diff import (
     DiffReport,
     ImpactClass,
     SpecDiff,
-    classify_file,
     diff_refs,
     diff_resources,
+    diff_spec_files,
     print_terminal,
     to_dict,
     to_json,
     to_markdown,
 )
-from clusterforge.diff.impact import summarise
 from clusterforge.diff.pulumi_preview import summarise as summarise_preview
 from clusterforge.diff.report import FileDiff
 from clusterforge.diff.sides import at_ref
+from clusterforge.render.restart import summarise
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -111,78 +111,249 @@ def test_unknown_values_compare_equal() -> None:
     assert diff_resources(r, r).changes == () and diff_resources(r, r).same == 1
 
 
-# ----------------------------------------------------------------------------- impact (pure data)
+# ----------------------------------------------------------------------------- impact (two rendered sides)
 
-SLURM = """\
-# cpu nodes
-SelectType=select/cons_tres
-HealthCheckInterval=300
-NodeName=cpu-[001-004] CPUs=192 RealMemory=375193 Features=cpu Weight=100 State=UNKNOWN
-NodeName=gpu-[001-002] CPUs=192 RealMemory=2036531 Gres=gpu:h100:8 Features=h100 Weight=10 State=UNKNOWN
-PartitionName=cpu Nodes=cpu-[001-004] Default=NO MaxTime=1-00:00:00 State=UP
-"""
+#: A small on-prem cluster; each case edits one spec field, renders both sides and compares the
+#: manifests through the one restart policy (clusterforge.render.restart).
+SPEC: dict[str, Any] = {
+    "name": "mini",
+    "slurm": {"version": "24.05"},
+    "gpu_stack": {"vendor": "nvidia", "driver_branch": "570", "cuda": "12.8", "nccl": "2.26.2",
+                  "aws_ofi_nccl": None, "efa_installer": None},
+    "node_groups": [
+        {"name": "head", "role": "controller", "onprem": {"hosts": "head-01", "profile": "m7i.8xlarge"}},
+        {"name": "cpu", "role": "compute", "onprem": {"hosts": "cpu-[001-004]", "profile": "c7i.48xlarge"},
+         "features": ["cpu"], "weight": 100},
+        {"name": "gpu", "role": "compute", "onprem": {"hosts": "gpu-[001-002]", "profile": "dgx-h100"},
+         "fabric": {"type": "infiniband", "hcas": ["mlx5_0"]}, "features": ["h100"], "weight": 10},
+    ],
+    "partitions": [
+        {"name": "cpu", "node_groups": ["cpu"], "max_time": "1-00:00:00"},
+        {"name": "gpu", "node_groups": ["gpu"], "default": True},
+    ],
+    "storage": [{"name": "home", "type": "nfs", "mount": "/home", "purpose": ["home"], "server": "nas-01",
+                 "export": "/export/home"}],
+    "accounting": {"enabled": True, "storage_host": "head-01"},
+}
 
 
-def _swap(text: str, old: str, new: str) -> str:
-    assert old in text
-    return text.replace(old, new)
+def _write(path: Path, spec: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
 
 
-def _one(before: str, after: str, name: str = "slurm/slurm.conf") -> list[Any]:
-    return classify_file(name, before, after, slurmd_nodes="cpu-[001-004],gpu-[001-002]", file_nodes="gpu-[001-002]")
+def _diff(tmp_path: Path, edit: Any, base: dict[str, Any] | None = None) -> SpecDiff:
+    import copy
+
+    head = copy.deepcopy(base or SPEC)
+    edit(head)
+    b = _write(tmp_path / "base.yaml", base or SPEC)
+    h = _write(tmp_path / "head.yaml", head)
+    (s,) = diff_spec_files(b, h, plan=False).specs
+    assert not s.error, s.error
+    return s
+
+
+def _group(spec: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(g for g in spec["node_groups"] if g["name"] == name)
+
+
+def _set_hosts(spec: dict[str, Any]) -> None:
+    _group(spec, "cpu")["onprem"]["hosts"] = "cpu-[001-002]"
+
+
+def _set_profile(spec: dict[str, Any]) -> None:
+    _group(spec, "cpu")["onprem"]["profile"] = "c6in.32xlarge"
 
 
 @pytest.mark.parametrize(
-    ("old", "new", "cls", "subject", "drain"),
+    ("edit", "expected"),
     [
-        ("NodeName=cpu-[001-004] CPUs=192", "NodeName=cpu-[001-004] CPUs=128", ImpactClass.RESTART_SLURMCTLD,
-         "NodeName=cpu-[001-004]", "cpu-[001-004]"),
-        ("Gres=gpu:h100:8", "Gres=gpu:h100:4", ImpactClass.RESTART_SLURMCTLD, "NodeName=gpu-[001-002]", "gpu-[001-002]"),
-        ("Weight=100", "Weight=50", ImpactClass.RECONFIGURE, "NodeName=cpu-[001-004]", ""),
-        ("State=UP\n", "State=UP\nPartitionName=debug Nodes=cpu-001 State=UP\n", ImpactClass.RECONFIGURE,
-         "PartitionName=debug", ""),
-        ("select/cons_tres", "select/linear", ImpactClass.RESTART_ALL, "SelectType", ""),
-        ("HealthCheckInterval=300", "HealthCheckInterval=600", ImpactClass.RECONFIGURE, "HealthCheckInterval", ""),
-        ("NodeName=cpu-[001-004]", "NodeName=cpu-[001-002]", ImpactClass.RESTART_ALL, "NodeName (node set)",
-         "cpu-[003-004]"),
+        # removing two nodes: every daemon's node table changes (the FAQ's procedure), drain them first
+        (_set_hosts, [("slurm/slurm.conf", "NodeName (node set)", ImpactClass.RESTART_ALL, "cpu-[003-004]"),
+                      ("slurm/slurm.conf", "PartitionName=cpu", ImpactClass.RECONFIGURE, "")]),
+        (lambda s: _group(s, "cpu").update(weight=50),
+         [("slurm/slurm.conf", "NodeName=cpu-[001-004]", ImpactClass.RECONFIGURE, "")]),
+        (lambda s: s["partitions"].append({"name": "debug", "node_groups": ["cpu"], "max_time": "00:30:00"}),
+         [("slurm/slurm.conf", "PartitionName=debug", ImpactClass.RECONFIGURE, "")]),
+        # other hardware: slurmctld and the nodes' slurmd together, drained (stackhpc#199/#200)
+        # (and DefMemPerCPU follows RealMemory/CPUs: 375193/192 -> 247398/128)
+        (_set_profile, [("slurm/slurm.conf", "NodeName=cpu-[001-004]", ImpactClass.RESTART_SLURMCTLD,
+                         "cpu-[001-004]"),
+                        ("slurm/slurm.conf", "PartitionName=cpu", ImpactClass.RECONFIGURE, "")]),
+        (lambda s: s["slurm"].update(state_save_location="/shared/slurmctld"),
+         [("slurm/slurm.conf", "StateSaveLocation", ImpactClass.RESTART_SLURMCTLD, "")]),
+        (lambda s: s.update(health_checks={"interval_s": 600}),
+         [("slurm/slurm.conf", "HealthCheckInterval", ImpactClass.RECONFIGURE, "")]),
+        (lambda s: s["accounting"].update(database="acct2"),
+         [("slurm/slurmdbd.conf", "whole file", ImpactClass.RESTART_SLURMDBD, "")]),
+        (lambda s: s["gpu_stack"].update(nccl="2.27.3"),
+         [("nccl/gpu.conf", "whole file", ImpactClass.NONE, "")]),
     ],
 )
-def test_slurm_conf_impact(old: str, new: str, cls: ImpactClass, subject: str, drain: str) -> None:
-    impacts = [i for i in _one(SLURM, _swap(SLURM, old, new)) if not i.subject.startswith("PartitionName=cpu")]
-    assert [(i.cls, i.subject, i.drain_nodes) for i in impacts] == [(cls, subject, drain)]
-    assert impacts[0].source, "every class cites its source"
+def test_spec_change_impacts(tmp_path: Path, edit: Any, expected: list[tuple[str, str, ImpactClass, str]]) -> None:
+    s = _diff(tmp_path, edit)
+    got = [(i.file, i.subject, i.cls, i.drain_nodes) for i in s.impacts if not i.file.startswith(("health/", "env/"))]
+    assert got == expected
+    assert all(i.source for i in s.impacts), "every class cites its source"
+    assert s.files, "the text diff is shown as well"
 
 
-def test_node_hardware_change_restarts_those_nodes_in_order() -> None:
-    (i,) = _one(SLURM, _swap(SLURM, "CPUs=192 RealMemory=375193", "CPUs=128 RealMemory=247398"))
+def test_node_hardware_change_restarts_those_nodes_in_order(tmp_path: Path) -> None:
+    s = _diff(tmp_path, _set_profile)
+    (i,) = [i for i in s.impacts if i.subject.startswith("NodeName")]
     assert i.slurmd_nodes == "cpu-[001-004]" and "CPUs 192 -> 128" in i.change and "RealMemory" in i.change
     assert i.actions == ["drain cpu-[001-004]", "restart slurmctld", "restart slurmd on cpu-[001-004]"]
+    assert [(h.variable, h.roles, h.action.value, h.drain_nodes) for h in s.host_settings] == [
+        ("clusterforge_profile", ("common", "storage", "munge", "slurm", "monitoring"), "reinstall", "cpu-[001-004]")
+    ], "only the roles whose plays reach the cpu group"
     steps = summarise([i]).steps
     assert steps[0].startswith("scontrol update NodeName=cpu-[001-004] State=DRAIN")
-    assert [s.split(" ")[0] for s in steps[1:]] == ["stop", "install", "restart", "start", "scontrol"]
-
-
-def test_other_files_by_table() -> None:
-    gres = "AutoDetect=off\nNodeName=gpu-[001-002] Name=gpu Type=h100 File=/dev/nvidia0\n" \
-           "NodeName=gpu-[001-002] Name=gpu Type=h100 File=/dev/nvidia1\n"
-    (g,) = _one(gres, gres.rsplit("NodeName", 1)[0], "slurm/gres.conf")
-    assert (g.cls, g.slurmd_nodes, g.drain_nodes, g.change) == (
-        ImpactClass.RESTART_SLURMD, "gpu-[001-002]", "gpu-[001-002]", "2 -> 1 devices"
-    )
-    (same_count,) = _one(gres, gres.replace("nvidia1", "nvidia7"), "slurm/gres.conf")
-    assert same_count.drain_nodes == "" and same_count.cls is ImpactClass.RESTART_SLURMD
-    cases = {
-        "slurm/cgroup.conf": ImpactClass.RESTART_SLURMD,
-        "slurm/topology.conf": ImpactClass.RECONFIGURE,
-        "slurm/slurmdbd.conf": ImpactClass.RESTART_SLURMDBD,
-        "nccl/gpu.conf": ImpactClass.NONE,
-        "env/gpu.sh": ImpactClass.NONE,
-        "health/gpu.sh": ImpactClass.NONE,
-    }
-    for name, cls in cases.items():
-        assert [i.cls for i in _one("A=1\n", "A=2\n", name)] == [cls], name
-    assert [i.cls for i in _one("A=1\n", "# a comment\nA=1\n")] == [ImpactClass.NONE], "comments only"
+    assert [st.split(" ")[0] for st in steps[1:]] == ["stop", "install", "restart", "start", "scontrol"]
     assert summarise([]).cls is ImpactClass.NONE
+
+
+def test_gpu_node_removed_drains_its_gres(tmp_path: Path) -> None:
+    s = _diff(tmp_path, lambda sp: _group(sp, "gpu")["onprem"].update(hosts="gpu-001"))
+    gres = next(i for i in s.impacts if i.file == "slurm/gres.conf")
+    assert (gres.subject, gres.cls, gres.slurmd_nodes, gres.drain_nodes) == (
+        "NodeName=gpu-002", ImpactClass.RESTART_SLURMD, "gpu-002", "gpu-002"
+    )
+
+
+# ----------------------------------------------------------------------------- host settings
+
+
+def _settings(s: SpecDiff) -> dict[str, tuple[str, str, tuple[str, ...], str, str, str]]:
+    return {h.variable: (h.before, h.after, h.roles, h.hosts, h.action.value, h.drain_nodes) for h in s.host_settings}
+
+
+def test_driver_branch_reboots_and_drains_the_gpu_nodes(tmp_path: Path) -> None:
+    s = _diff(tmp_path, lambda sp: sp["gpu_stack"].update(driver_branch="575"))
+    assert s.files == () and s.impacts == (), "no rendered file changes: only the host settings see it"
+    assert _settings(s) == {
+        "clusterforge_gpu_stack.driver_branch": (
+            "570", "575", ("nvidia_driver", "cuda", "nccl", "dcgm"), "gpu-[001-002]", "reboot", "gpu-[001-002]"
+        ),
+    }
+    assert s.changed and s.host_action.value == "reboot"
+    assert s.operations.steps == (
+        'scontrol update NodeName=gpu-[001-002] State=DRAIN Reason="host settings change" and wait for their jobs',
+        "ansible-playbook playbooks/site.yml --tags nvidia_driver,cuda,nccl,dcgm --limit 'gpu-[001-002]' "
+        "(clusterforge_gpu_stack.driver_branch)",
+        "reboot gpu-[001-002] (a new kernel driver loads at boot)",
+        "scontrol update NodeName=gpu-[001-002] State=RESUME once they are back",
+    )
+    md = to_markdown(DiffReport("a", "b", (s,)))
+    assert "| `clusterforge_gpu_stack.driver_branch` | all | 570 → 575 |" in md
+    assert "Hosts rebooted or reformatted" in md and "2: **reboot** (drain)" not in md  # one setting
+    assert "| 1: **reboot** (drain) |" in md
+    data = to_dict(DiffReport("a", "b", (s,)))["specs"][0]
+    assert data["host_action"] == "reboot" and data["host_settings"][0]["drain_nodes"] == "gpu-[001-002]"
+
+
+def test_versions_mounts_and_monitoring(tmp_path: Path) -> None:
+    def edit(sp: dict[str, Any]) -> None:
+        sp["gpu_stack"].update(cuda="12.9", nccl="2.27.3")
+        sp["storage"][0]["mount"] = "/users"
+        sp["monitoring"] = {"node_exporter": False}
+
+    got = _settings(_diff(tmp_path, edit))
+    assert got == {
+        "clusterforge_gpu_stack.cuda": ("12.8", "12.9", ("cuda", "nccl", "dcgm"), "gpu-[001-002]", "reinstall", ""),
+        "clusterforge_gpu_stack.nccl": ("2.26.2", "2.27.3", ("nccl",), "gpu-[001-002]", "reinstall", ""),
+        "clusterforge_storage[home].mount": (
+            "/home", "/users", ("storage",), "cpu-[001-004],gpu-[001-002],head-01", "remount",
+            "cpu-[001-004],gpu-[001-002]",
+        ),
+        "clusterforge_monitoring.node_exporter": (
+            "true", "false", ("monitoring",), "cpu-[001-004],gpu-[001-002],head-01", "restart-service", ""
+        ),
+    }
+
+
+def test_nvme_raid0_is_a_reformat_of_that_group(tmp_path: Path) -> None:
+    base = yaml.safe_load((EXAMPLES / "p5-training.yaml").read_text())
+    s = _diff(tmp_path, lambda sp: _group(sp, "gpu")["cloud"].update(local_nvme_raid0="/nvme"), base=base)
+    assert _settings(s) == {
+        "clusterforge_local_nvme_raid0": ("/scratch", "/nvme", ("storage",), "gpu-[001-016]", "reformat",
+                                          "gpu-[001-016]"),
+    }
+    assert "scratch" in s.host_settings[0].why and "mkfs" in s.host_settings[0].why
+
+
+def test_unknown_variable_is_never_no_change() -> None:
+    from clusterforge.inventory.settings_impact import READERS, ROLE_GROUPS, HostAction, flatten, rule_for
+
+    r = rule_for("clusterforge_gpu_stack.some_new_pin")
+    assert (r.roles, r.action, r.drain) == (READERS["clusterforge_gpu_stack"], HostAction.REINSTALL, True)
+    r = rule_for("clusterforge_brand_new")
+    assert r.roles == tuple(ROLE_GROUPS) and r.action is HostAction.REINSTALL
+    assert rule_for("clusterforge_storage[fsx].mount").action is HostAction.REMOUNT
+    assert rule_for("clusterforge_gpu").roles != rule_for("clusterforge_gpu_stack.cuda").roles
+    assert flatten({"a": {"b": 1}, "s": [{"name": "x", "m": "/x"}], "l": [1, 2]}) == {
+        "a.b": 1, "s[x].m": "/x", "l": [1, 2]
+    }
+
+
+# ----------------------------------------------------------------------------- a head that fails: exit 2
+
+
+def _cli(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
+    monkeypatch.setattr(sys, "argv", ["clusterforge", "diff", *args])
+    with pytest.raises(SystemExit) as exc:
+        cli.main()
+    return int(exc.value.code or 0)
+
+
+def _md_of_broken_head(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, head_text: str) -> str:
+    b = _write(tmp_path / "base.yaml", SPEC)
+    h = tmp_path / "head.yaml"
+    h.write_text(head_text)
+    out = tmp_path / "preview.md"
+    assert _cli(monkeypatch, "--base-spec", str(b), "--head-spec", str(h), "--no-plan",
+                "--format", "markdown", "--output", str(out)) == 2
+    md = out.read_text()
+    assert md.startswith(MARKER) and "no change" not in md and "error:" in md and "(exit 2)" in md
+    assert md.index("> [!CAUTION]") < md.index("| spec |"), "the error comes first"
+    return md
+
+
+def test_head_that_does_not_validate_is_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    bad = {**SPEC, "partitions": [{"name": "cpu", "node_groups": ["nope"]}]}
+    md = _md_of_broken_head(tmp_path, monkeypatch, yaml.safe_dump(bad))
+    assert "head does not validate**" in md and "partitions[0].node_groups" in md
+    assert "head does not validate" in capsys.readouterr().err
+
+
+def test_head_that_does_not_render_is_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import clusterforge.render as render_mod
+    from clusterforge.errors import RenderError
+
+    real = render_mod.render
+
+    def render(rc: Any) -> Any:
+        if rc.spec.name == "broken":
+            raise RenderError("node group 'gpu': no GRES layout for this profile")
+        return real(rc)
+
+    monkeypatch.setattr(render_mod, "render", render)
+    md = _md_of_broken_head(tmp_path, monkeypatch, yaml.safe_dump({**SPEC, "name": "broken"}))
+    assert "head does not render**" in md and "no GRES layout for this profile" in md
+
+
+def test_head_with_broken_yaml_is_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    md = _md_of_broken_head(tmp_path, monkeypatch, "name: mini\nnode_groups: [\n")
+    assert "head does not load**" in md and "Traceback" not in md
+
+
+def test_base_that_fails_still_shows_the_head(tmp_path: Path) -> None:
+    b = tmp_path / "base.yaml"
+    b.write_text("name: [broken\n")
+    (s,) = diff_spec_files(b, _write(tmp_path / "head.yaml", SPEC), plan=False).specs
+    assert s.error == "" and any(n.startswith("base (") and "does not load" in n for n in s.notes)
+    assert {f.status for f in s.files} == {"added"} and "slurm/slurm.conf" in {f.name for f in s.files}
 
 
 # ----------------------------------------------------------------------------- markdown cap, preview summary
@@ -413,3 +584,20 @@ def test_cli_exit_codes(repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pyt
     assert "git ref 'no-such-ref' does not name a commit" in err and "fetch-depth: 0" in err and "Traceback" not in err
     assert run("--base-spec", "examples/p5-training.yaml") == 2
     assert "--base-spec and --head-spec go together" in capsys.readouterr().err
+
+
+def test_facts_option_resolves_both_sides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """--facts DIR reaches both sides' resolution: the right folder diffs, a wrong one is exit 2."""
+    base = EXAMPLES / "amd-mi300x.yaml"
+    head = tmp_path / "amd-mi300x.yaml"
+    shutil.copytree(EXAMPLES / "facts", tmp_path / "facts")  # the spec's own facts_dir must exist to validate
+    head.write_text(base.read_text().replace('max_time: "2-00:00:00"', 'max_time: "1-00:00:00"'))
+    (s,) = diff_spec_files(base, head, plan=False, facts_dir=EXAMPLES / "facts" / "mi300x").specs
+    assert not s.error, s.error
+    assert [(i.subject, i.cls) for i in s.impacts] == [("PartitionName=gpu", ImpactClass.RECONFIGURE)]
+    assert _cli(monkeypatch, "--base-spec", str(base), "--head-spec", str(head), "--no-plan",
+                "--facts", str(EXAMPLES / "facts"), "--format", "json") == 2
+    out = capsys.readouterr()
+    assert json.loads(out.out)["specs"][0]["error"].startswith("head does not load: ")
+    assert "none of slurmd-C.txt" in out.err and "Traceback" not in out.err

@@ -1,4 +1,5 @@
-"""Compute a diff: load, validate, render and plan both sides of each spec, then compare."""
+"""Compute a diff: resolve (load, validate, facts) once per side, render, build the inventory and
+plan both sides of each spec, then compare files, manifests, host settings, resources and cost."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterforge import hostlist
-from clusterforge.clusterspec import Cluster, Finding, Level, load_spec, validate
-from clusterforge.diff.impact import Impact, classify_file, summarise
+from clusterforge.clusterspec import Finding
+from clusterforge.diff.hosts import HostSetting, host_settings, host_steps, inventory_of
 from clusterforge.diff.report import CostDelta, DiffReport, FileDiff, FindingChange, SpecDiff
 from clusterforge.diff.resources import ResourceDiff, diff_resources
 from clusterforge.diff.sides import (
@@ -26,19 +26,25 @@ from clusterforge.diff.sides import (
     short,
 )
 from clusterforge.errors import ClusterforgeError
+from clusterforge.inventory.generate import Inventory
 from clusterforge.plan.model import CostEstimate
+from clusterforge.render import restart
+from clusterforge.render.restart import Impact, Operations
 from clusterforge.render.result import RenderResult
-from clusterforge.resolve import resolve
+from clusterforge.resolve import ResolvedCluster, resolve_file
 
 
 @dataclass
 class _Side:
     source: SpecSource
-    cluster: Cluster | None = None
+    which: str  # "base" or "head"
+    rc: ResolvedCluster | None = None
     findings: list[Finding] = field(default_factory=list)
     render: RenderResult | None = None
+    inventory: Inventory | None = None
     resources: dict[str, Any] | None = None  # None: not planned (reason in notes)
     cost: CostEstimate | None = None
+    error: str = ""  # why this side cannot be compared: "does not load/validate/render: ..."
     notes: list[str] = field(default_factory=list)
 
 
@@ -46,26 +52,35 @@ def _where(src: SpecSource) -> str:
     return f"{src.spec_path} at {src.label}"
 
 
-def _load(src: SpecSource, *, plan: bool) -> _Side:
-    side = _Side(src)
+def _load(src: SpecSource, which: str, *, plan: bool, facts_dir: Path | None) -> _Side:
+    """Resolve once (load, validate, facts), then render, build the inventory, cost and plan."""
+    side = _Side(src, which)
     if src.path is None:
         side.resources = {}
         return side
+    from clusterforge.catalog.facts import FactsError
+
     try:
-        side.cluster = load_spec(src.path)
-    except ClusterforgeError as exc:
-        msg = str(exc).replace(str(src.path), src.spec_path)
-        raise DiffError(f"{_where(src)}: {msg}") from None
-    c = side.cluster
-    side.findings = validate(c, src.base_dir)
-    try:
-        side.render = render_side(c, src.base_dir)
-    except ClusterforgeError as exc:
-        side.notes.append(f"{_where(src)} does not render ({exc}); its config files are not compared")
+        rc = resolve_file(src.path, facts_dir=facts_dir)
+    except (ClusterforgeError, FactsError) as exc:  # FactsError: a fact file that does not parse
+        side.error = "does not load: " + str(exc).replace(str(src.path), src.spec_path)
+        return side
+    side.rc, side.findings = rc, list(rc.findings)
+    c = rc.spec
+    if rc.errors:
+        side.error = "does not validate: " + "; ".join(f"{f.code} at {f.path}: {f.why}" for f in rc.errors)
+    else:
+        try:
+            from clusterforge.render import render
+
+            side.render = render(rc)
+            side.inventory = inventory_of(rc)
+        except ClusterforgeError as exc:
+            side.render, side.error = None, f"does not render: {exc}"
     if c.aws is not None:
         from clusterforge.plan.cost import estimate_cost
 
-        side.cost = estimate_cost(resolve(c, base_dir=src.base_dir))
+        side.cost = estimate_cost(rc)
     from clusterforge.aws import layout
 
     if c.aws is None or not layout.cloud_groups(c):
@@ -74,43 +89,24 @@ def _load(src: SpecSource, *, plan: bool) -> _Side:
     if not plan:
         side.notes.append("AWS resources not planned (--no-plan)")
         return side
-    if any(f.level is Level.ERROR for f in side.findings):
-        side.notes.append(f"{_where(src)} has validation errors; its AWS resources are not planned")
+    if side.error:
+        side.notes.append(f"{_where(src)} {side.error.split(':', 1)[0]}; its AWS resources are not planned")
         return side
     try:
         from clusterforge.plan import build_plan, to_dict
 
-        side.resources = to_dict(build_plan(resolve(c, base_dir=src.base_dir), spec_path=src.spec_path, render=False))[
-            "resources"
-        ]
+        plan_ = build_plan(rc, spec_path=src.spec_path, render=False)
+        side.resources = to_dict(plan_)["resources"]
     except ClusterforgeError as exc:
         side.notes.append(f"{_where(src)}: resources not planned: {exc}")
     return side
 
 
-def render_side(cluster: Cluster, base_dir: Path) -> RenderResult:
-    from clusterforge.render import render_cluster
-
-    return render_cluster(cluster, base_dir=base_dir)
-
-
-def _slurmd_nodes(sides: list[_Side], groups: tuple[str, ...] | None = None) -> str:
-    names: set[str] = set()
-    for s in sides:
-        if s.cluster is None:
-            continue
-        for g in s.cluster.node_groups:
-            if g.role == "compute" and (groups is None or g.name in groups):
-                names.update(g.hostnames)
-    return hostlist.compress(sorted(names)) if names else ""
-
-
-def _file_diffs(base: _Side, head: _Side) -> tuple[list[FileDiff], list[Impact]]:
+def _file_diffs(base: _Side, head: _Side) -> list[FileDiff]:
+    """The unified text diff of every changed file (what the PR reviewer reads)."""
     bf = base.render.files if base.render else {}
     hf = head.render.files if head.render else {}
     files: list[FileDiff] = []
-    impacts: list[Impact] = []
-    all_slurmd = _slurmd_nodes([base, head])
     for name in sorted(set(bf) | set(hf)):
         b, h = bf.get(name), hf.get(name)
         before = b.content if b else None
@@ -133,11 +129,25 @@ def _file_diffs(base: _Side, head: _Side) -> tuple[list[FileDiff], list[Impact]]
         removed = sum(1 for x in lines if x.startswith("-") and not x.startswith("---"))
         status = "added" if b is None else "removed" if h is None else "changed"
         files.append(FileDiff(name, status, f.node_path, tuple(f.groups), text, added, removed))
-        impacts += classify_file(
-            name, before, after, slurmd_nodes=all_slurmd, file_nodes=_slurmd_nodes([base, head], tuple(f.groups)),
-            daemons=tuple(f.daemons),
-        )
-    return files, impacts
+    return files
+
+
+def _impacts(base: _Side, head: _Side) -> list[Impact]:
+    """Per-file impacts from the one restart policy, comparing the manifests' structured records."""
+    bm = base.render.manifest() if base.render else None
+    hm = head.render.manifest() if head.render else None
+    return restart.impacts(bm, hm)
+
+
+def _operations(impacts: list[Impact], settings: list[HostSetting]) -> Operations:
+    """The Slurm steps (``restart.summarise``) with the host settings' drain, role runs and reboots."""
+    ops = restart.summarise(impacts)
+    if not any(s.roles and s.hosts for s in settings):
+        return ops
+    slurm_drain = ",".join(i.drain_nodes for i in impacts if i.drain_nodes)
+    first, middle, last = host_steps(settings, already_drained=slurm_drain)
+    steps = [*first, *ops.steps, *middle, *last] if impacts else [*first, *middle, *last]
+    return Operations(ops.cls, tuple(steps))
 
 
 def _cost(base: _Side, head: _Side) -> CostDelta:
@@ -159,8 +169,13 @@ def _finding(f: Finding) -> FindingChange:
     return FindingChange(f.level.value, f.code, f.path, str(f.value), f.why, f.fix)
 
 
-def diff_sources(base: SpecSource, head: SpecSource, *, plan: bool = True) -> SpecDiff:
-    """Compare one spec's two sides (either may be absent: the spec was added or deleted)."""
+def diff_sources(
+    base: SpecSource, head: SpecSource, *, plan: bool = True, facts_dir: Path | None = None
+) -> SpecDiff:
+    """Compare one spec's two sides (either may be absent: the spec was added or deleted).
+
+    A head that does not load, validate or render is the report's ``error`` (exit 2), never "no
+    change"; a base that fails is noted and the head is compared against nothing."""
     if base.path is None and head.path is None:
         raise DiffError(
             f"{base.spec_path} exists neither at {base.label} nor at {head.label}; check the path "
@@ -169,16 +184,26 @@ def diff_sources(base: SpecSource, head: SpecSource, *, plan: bool = True) -> Sp
     status = "added" if base.path is None else "removed" if head.path is None else "modified"
     if status == "modified" and base.fingerprint == head.fingerprint:
         return SpecDiff(base.spec_path, base.label, head.label, "unchanged")
-    b, h = _load(base, plan=plan), _load(head, plan=plan)
+    b = _load(base, "base", plan=plan, facts_dir=facts_dir)
+    h = _load(head, "head", plan=plan, facts_dir=facts_dir)
     notes = b.notes + h.notes
+    if b.error:
+        notes.insert(0, f"base ({base.label}) {b.error}; the head is shown against an empty base")
+        b = _Side(base, "base", findings=b.findings, resources={}, cost=b.cost)
     resources: ResourceDiff | None = None
     if b.resources is not None and h.resources is not None:
         resources = diff_resources(b.resources, h.resources)
         if b.resources or h.resources:
             notes += list(resources.notes)
-    files, impacts = _file_diffs(b, h)
-    if (base.path and not b.render) or (head.path and not h.render):
-        files, impacts = [], []
+    files: list[FileDiff] = []
+    impacts: list[Impact] = []
+    settings: list[HostSetting] = []
+    if not h.error:
+        files, impacts = _file_diffs(b, h), _impacts(b, h)
+        if b.rc and b.inventory and h.rc and h.inventory:
+            settings = host_settings((b.rc, b.inventory), (h.rc, h.inventory))
+        elif base.path is not None and head.path is not None:
+            notes.append("host settings are not compared: the base has no inventory to compare with")
     key = {(f.code, f.path) for f in b.findings}
     hkey = {(f.code, f.path) for f in h.findings}
     return SpecDiff(
@@ -190,9 +215,11 @@ def diff_sources(base: SpecSource, head: SpecSource, *, plan: bool = True) -> Sp
         files=tuple(files),
         cost=_cost(b, h),
         impacts=tuple(impacts),
-        operations=summarise(impacts),
+        operations=_operations(impacts, settings),
+        host_settings=tuple(settings),
         introduced=tuple(_finding(f) for f in h.findings if (f.code, f.path) not in key),
         resolved=tuple(_finding(f) for f in b.findings if (f.code, f.path) not in hkey),
+        error=f"head does not {h.error.removeprefix('does not ')}" if h.error else "",
         notes=tuple(dict.fromkeys(notes)),
     )
 
@@ -210,6 +237,7 @@ def diff_refs(
     head: str | None = None,
     specs: list[str] | None = None,
     plan: bool = True,
+    facts_dir: Path | None = None,
 ) -> DiffReport:
     """Compare specs at git ref ``base`` (default: merge-base with main) with ``head`` (default:
     the working tree). ``specs``: paths (relative to ``cwd`` or the repository); default: discovered."""
@@ -240,14 +268,14 @@ def diff_refs(
         for name in names:
             b = at_ref(repo, base_sha, base_label, name, Path(tmp) / "base")
             h = at_ref(repo, head_sha, head_label, name, Path(tmp) / "head") if head_sha else in_tree(repo, name)
-            out.append(diff_sources(b, h, plan=plan))
+            out.append(diff_sources(b, h, plan=plan, facts_dir=facts_dir))
     return DiffReport(base_label, head_label, tuple(out), (RENDERER_NOTE,))
 
 
-def diff_spec_files(base: Path, head: Path, *, plan: bool = True) -> DiffReport:
+def diff_spec_files(base: Path, head: Path, *, plan: bool = True, facts_dir: Path | None = None) -> DiffReport:
     """Compare two spec files (``--base-spec``/``--head-spec``)."""
     b, h = from_file(base), from_file(head)
     # one name for both sides, so the report reads as one spec changing
     b = SpecSource(b.label, str(head), b.path, b.base_dir, b.fingerprint)
     h = SpecSource(h.label, str(head), h.path, h.base_dir, h.fingerprint)
-    return DiffReport(str(base), str(head), (diff_sources(b, h, plan=plan),), (RENDERER_NOTE,))
+    return DiffReport(str(base), str(head), (diff_sources(b, h, plan=plan, facts_dir=facts_dir),), (RENDERER_NOTE,))

@@ -1,6 +1,6 @@
-"""The diff report: the model, and its three forms — JSON (stable, sorted), Markdown for a pull
-request comment (summary first, collapsible sections, a hard size cap that keeps the summary)
-and the terminal (rich)."""
+"""The diff report: the model, and two of its forms — JSON (stable, sorted) and Markdown for a pull
+request comment (errors and the summary first, collapsible sections, a hard size cap that keeps the
+summary). The terminal form (rich tables and trees) is :mod:`clusterforge.diff.terminal`."""
 
 from __future__ import annotations
 
@@ -8,18 +8,16 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
-from clusterforge.diff.impact import Impact, ImpactClass, Operations
+from clusterforge.diff.hosts import HostSetting, top_action
 from clusterforge.diff.resources import ResourceChange, ResourceDiff, show
+from clusterforge.inventory.settings_impact import HostAction
+from clusterforge.render.restart import Impact, ImpactClass, Operations
 
 MARKER = "<!-- clusterforge-preview -->"
 """First line of the Markdown form: the workflow finds its own comment by it."""
 MAX_MARKDOWN = 60_000
 """GitHub rejects comments over 65,536 characters; the rest is room for the pulumi preview summary."""
-REPORT_FORMAT = 1
+REPORT_FORMAT = 2  # 2: host_settings, error, exit code 2 for a head that fails
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,8 @@ class FindingChange:
 @dataclass(frozen=True)
 class SpecDiff:
     """One spec, base against head. ``status``: modified, added, removed or unchanged;
-    ``resources`` is ``None`` when a side could not be planned (``notes`` says why)."""
+    ``resources`` is ``None`` when a side could not be planned (``notes`` says why); ``error``
+    says why the head cannot be compared ("head does not validate: ..."), which is exit 2."""
 
     spec: str
     base: str
@@ -73,9 +72,19 @@ class SpecDiff:
     cost: CostDelta = field(default_factory=CostDelta)
     impacts: tuple[Impact, ...] = ()
     operations: Operations = field(default_factory=lambda: Operations(ImpactClass.NONE, ()))
+    host_settings: tuple[HostSetting, ...] = ()
     introduced: tuple[FindingChange, ...] = ()
     resolved: tuple[FindingChange, ...] = ()
+    error: str = ""
     notes: tuple[str, ...] = ()
+
+    @property
+    def host_action(self) -> HostAction:
+        return top_action(self.host_settings)
+
+    @property
+    def host_drain(self) -> bool:
+        return any(h.drain_nodes for h in self.host_settings)
 
     @property
     def loud(self) -> list[ResourceChange]:
@@ -86,6 +95,8 @@ class SpecDiff:
         return self.status != "unchanged" and bool(
             (self.resources and self.resources.changes)
             or self.files
+            or self.host_settings
+            or self.error
             or self.cost.delta
             or self.introduced
             or self.resolved
@@ -105,9 +116,13 @@ class DiffReport:
         return any(s.changed for s in self.specs)
 
     @property
+    def errors(self) -> list[SpecDiff]:
+        return [s for s in self.specs if s.error]
+
+    @property
     def exit_code(self) -> int:
-        """0 no change, 1 changes (2, an error, is the CLI's)."""
-        return 1 if self.changed else 0
+        """0 no change, 1 changes, 2 a head spec that does not load, validate or render."""
+        return 2 if self.errors else 1 if self.changed else 0
 
 
 # ----------------------------------------------------------------------------- JSON
@@ -125,6 +140,9 @@ def to_dict(report: DiffReport) -> dict[str, Any]:
             "cost": {**asdict(s.cost), "delta": s.cost.delta},
             "impacts": [{**asdict(i), "cls": i.cls.value, "actions": i.actions} for i in s.impacts],
             "operations": {"class": s.operations.cls.value, "steps": list(s.operations.steps)},
+            "host_settings": [{**asdict(h), "action": h.action.value} for h in s.host_settings],
+            "host_action": s.host_action.value,
+            "error": s.error,
             "findings": {"introduced": [asdict(f) for f in s.introduced], "resolved": [asdict(f) for f in s.resolved]},
             "notes": list(s.notes),
         }
@@ -232,22 +250,30 @@ class _Section:
 
 def _summary_md(report: DiffReport) -> list[str]:
     out = [MARKER, f"## clusterforge preview: `{report.base}` → `{report.head}`", ""]
+    for s in report.errors:  # first, before anything that could read as "no change"
+        what, _, detail = s.error.partition(": ")
+        out += ["> [!CAUTION]", f"> **`{s.spec}`: {_esc(what)}** (exit 2; nothing below is its diff):"]
+        out += [f"> - {_esc(d.strip())}" for d in detail.split("; ") if d.strip()] or ["> - (no detail)"]
+        out.append("")
     changed = [s for s in report.specs if s.changed]
     if not report.specs:
         out += ["No cluster spec is affected by this change.", ""]
     out += [
-        "| spec | resources (+ ~ ± -) | config files | hourly cost | running cluster | findings |",
-        "|---|---|---|---|---|---|",
+        "| spec | resources (+ ~ ± -) | config files | hourly cost | running cluster | hosts | findings |",
+        "|---|---|---|---|---|---|---|",
     ]
     for s in report.specs:
         if not s.changed:
-            out.append(f"| `{s.spec}` | unchanged | — | — | — | — |")
+            out.append(f"| `{s.spec}` | unchanged | — | — | — | — | — |")
+            continue
+        findings = f"+{len(s.introduced)} / -{len(s.resolved)}"
+        if s.error:
+            out.append(f"| `{s.spec}` | — | — | — | **error: {_esc(s.error.split(':', 1)[0])}** | — | {findings} |")
             continue
         files = f"{len(s.files)} changed" if s.files else "none"
-        findings = f"+{len(s.introduced)} / -{len(s.resolved)}"
         out.append(
             f"| `{s.spec}`{' (' + s.status + ')' if s.status != 'modified' else ''} | {resource_counts(s.resources)} "
-            f"| {files} | {_esc(cost_line(s.cost))} | **{s.operations.cls.value}** | {findings} |"
+            f"| {files} | {_esc(cost_line(s.cost))} | **{s.operations.cls.value}** | {host_cell(s)} | {findings} |"
         )
     out.append("")
     for s in changed:
@@ -261,14 +287,33 @@ def _summary_md(report: DiffReport) -> list[str]:
             out += ["> [!WARNING]", f"> **New validation errors in `{s.spec}`:**"]
             out += [f"> - `{f.code}` {_esc(f.path)}: {_esc(f.why)}" for f in errors]
             out.append("")
-        if s.operations.steps and s.operations.cls is not ImpactClass.NONE:
-            out.append(f"**`{s.spec}` on a running cluster ({s.operations.cls.value}):**")
+        heavy = [h for h in s.host_settings if h.action in (HostAction.REBOOT, HostAction.REFORMAT)]
+        if heavy:
+            out += ["> [!WARNING]", f"> **Hosts rebooted or reformatted by `{s.spec}`:**"]
+            out += [f"> - `{_esc(h.variable)}` {_esc(show(h.before, 40))} → {_esc(show(h.after, 40))}: "
+                    f"**{h.action.value}** {_esc(h.hosts)}" for h in heavy]
+            out.append("")
+        if s.operations.steps and (s.operations.cls is not ImpactClass.NONE or s.host_action is not HostAction.NONE):
+            out.append(f"**`{s.spec}` on a running cluster (Slurm: {s.operations.cls.value}; "
+                       f"hosts: {s.host_action.value}):**")
             out += [f"{i}. {step}" for i, step in enumerate(s.operations.steps, 1)]
             out.append("")
-    verdict = "changes (exit 1)" if report.changed else "no change (exit 0)"
-    out += [f"Result: **{verdict}**. Impact classes: none < reconfigure < restart-slurmdbd < restart-slurmd "
-            "< restart-slurmctld < restart-all.", ""]
+    out += [f"Result: **{verdict(report)}**. Impact classes: none < reconfigure < restart-slurmdbd < restart-slurmd "
+            "< restart-slurmctld < restart-all; host actions: none < restart-service < reinstall < remount "
+            "< reboot < reformat.", ""]
     return out
+
+
+def verdict(report: DiffReport) -> str:
+    if report.errors:
+        return f"error: {len(report.errors)} head spec(s) do not load, validate or render (exit 2)"
+    return "changes (exit 1)" if report.changed else "no change (exit 0)"
+
+
+def host_cell(s: SpecDiff) -> str:
+    if not s.host_settings:
+        return "—"
+    return f"{len(s.host_settings)}: **{s.host_action.value}**" + (" (drain)" if s.host_drain else "")
 
 
 def _sections(s: SpecDiff) -> list[_Section]:
@@ -291,6 +336,20 @@ def _sections(s: SpecDiff) -> list[_Section]:
                 f"| {_esc(i.why)} ({_esc(i.source)}) |"
             )
         out.append(_Section(f"{s.spec} impact", f"Impact on a running cluster: {len(s.impacts)} change(s)", rows))
+    if s.host_settings:
+        rows = ["| variable | scope | before → after | roles | hosts | action | drain | why (source) |",
+                "|---|---|---|---|---|---|---|---|"]
+        for h in s.host_settings:
+            rows.append(
+                f"| `{_esc(h.variable)}` | {_esc(h.scope)} | {_esc(show(h.before, 40))} → {_esc(show(h.after, 40))} "
+                f"| {_esc(', '.join(h.roles) or '—')} | {_esc(h.hosts or '—')} | {h.action.value} "
+                f"| {_esc(h.drain_nodes or '—')} | {_esc(h.why)} ({_esc(h.source)}) |"
+            )
+        out.append(_Section(
+            f"{s.spec} host settings",
+            f"Host settings: {len(s.host_settings)} changed inventory variable(s), most disruptive "
+            f"{s.host_action.value}", rows,
+        ))
     if s.introduced or s.resolved:
         rows = ["| | level | code | path | why |", "|---|---|---|---|---|"]
         rows += [f"| introduced | {f.level} | `{f.code}` | {_esc(f.path)} | {_esc(f.why)} |" for f in s.introduced]
@@ -370,64 +429,3 @@ def to_markdown(report: DiffReport, max_chars: int = MAX_MARKDOWN) -> str:
         tail = "\n\n**Cut: the summary alone exceeds the size limit; see the JSON report.**\n"
         out = out[: max_chars - len(tail)] + tail
     return out
-
-
-# ----------------------------------------------------------------------------- terminal
-
-
-_LINE_STYLE = {"+": "green", "-": "red", "@": "cyan"}
-
-
-def print_terminal(report: DiffReport, console: Console) -> None:
-    console.print(Text(f"clusterforge diff: {report.base} → {report.head}", style="bold"))
-    table = Table(show_edge=False, pad_edge=False)
-    for col in ("spec", "resources (+ ~ ± -)", "files", "hourly cost", "running cluster", "findings"):
-        table.add_column(col)
-    for s in report.specs:
-        if not s.changed:
-            table.add_row(s.spec, "unchanged", "", "", "", "")
-            continue
-        table.add_row(
-            s.spec + ("" if s.status == "modified" else f" ({s.status})"),
-            resource_counts(s.resources),
-            str(len(s.files)),
-            cost_line(s.cost),
-            s.operations.cls.value,
-            f"+{len(s.introduced)}/-{len(s.resolved)}",
-        )
-    console.print(table)
-    for s in report.specs:
-        if not s.changed:
-            continue
-        console.rule(Text(s.spec, style="bold"))
-        for c in s.loud:
-            console.print(Text("⚠ " + _loud_line(c), style="bold red"))
-        if s.resources is not None:
-            for c in s.resources.changes:
-                style = {"add": "green", "remove": "red", "replace": "magenta", "update": "yellow"}[c.action]
-                console.print(Text(f"  {c.action:<8} {c.key}", style=style))
-                for p in c.properties:
-                    flag = "forces replacement" if p.forces_replacement else p.interrupts
-                    tail = f"  [{flag}]" if flag else ""
-                    console.print(Text(f"      {p.path}: {show(p.before)} → {show(p.after)}{tail}"))
-        if s.impacts:
-            console.print(Text(f"Running cluster: {s.operations.cls.value}", style="bold"))
-            for i in s.impacts:
-                console.print(Text(f"  {i.file} {i.subject}: {i.change} -> {'; '.join(i.actions)}"))
-            for k, step in enumerate(s.operations.steps, 1):
-                console.print(Text(f"  {k}. {step}", style="cyan"))
-        console.print(Text(f"Cost: {cost_line(s.cost)}"))
-        for fc in s.introduced:
-            style = "red" if fc.level == "error" else "yellow"
-            console.print(Text(f"  + {fc.level} {fc.code} {fc.path}: {fc.why}", style=style))
-        for fc in s.resolved:
-            console.print(Text(f"  - {fc.level} {fc.code} {fc.path} (resolved)", style="green"))
-        for fd in s.files:
-            console.print(Text(f"{fd.name} -> {fd.node_path} ({fd.status}, +{fd.added} -{fd.removed})", style="bold"))
-            for line in fd.diff.splitlines():
-                console.print(Text(line, style=_LINE_STYLE.get(line[:1], "")))
-        for n in s.notes:
-            console.print(Text(f"note: {n}", style="dim"))
-    for n in report.notes:
-        console.print(Text(f"note: {n}", style="dim"))
-    console.print(Text("changes (exit 1)" if report.changed else "no change (exit 0)", style="bold"))
