@@ -15,6 +15,9 @@ from config text; every difference is classified by the tables below: no action,
 reconfigure``, a restart of slurmdbd, of slurmd on which nodes, of slurmctld, or of all daemons,
 and whether nodes must be drained first.
 
+One module of about 460 lines on purpose: the tables and the functions that apply them are one
+policy, and a reviewer checking a class against its source should find both on one page.
+
 Sources (the tables cite them by these names):
 
 * slurm.conf(5) <https://slurm.schedmd.com/slurm.conf.html>, DESCRIPTION: "Changes to the
