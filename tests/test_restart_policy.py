@@ -15,7 +15,6 @@ reaches it, the two manifests directly), then checks three things against values
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import importlib.util
 import json
@@ -301,7 +300,7 @@ def _changed_on(host_group: str, old: Manifest | None, new: Manifest) -> list[st
 
 
 def _role_actions(old: Manifest | None, new: Manifest, host: str, hosts: dict[str, tuple[str, bool, bool, bool]],
-                  *, installed: Manifest | None | str = "old") -> list[str]:
+                  *, installed: Manifest | str | None = "old") -> list[str]:
     group, controller, compute, dbd = hosts[host]
     copy_on_host = old if installed == "old" else installed
     result = PLUGIN_MOD.slurm_actions(
@@ -459,3 +458,153 @@ def test_the_manifest_copy_holds_no_secret(bases: dict[str | None, Manifest]) ->
     text = bases[None].to_text()
     assert "slurmdbd_storage_pass" in text  # the name, in secret_refs
     assert "StoragePass" not in text and "SECRET:" not in text
+
+
+# ----------------------------------------------------------------------------- the real role
+
+HANDLER_ORDER = ["Restart mariadb", "Restart slurmdbd", "Restart slurmctld", "Reconfigure slurm", "Restart slurmd"]
+
+
+def _handler_topics() -> list[str]:
+    handlers = yaml.safe_load((ROOT / "roles" / "slurm" / "handlers" / "main.yml").read_text())
+    topics: list[str] = []
+    for h in handlers:
+        t = h.get("listen", h["name"])
+        if t not in topics:
+            topics.append(t)
+    return topics
+
+
+def _install_render(m: Manifest, files: dict[str, str], folder: Path, root: Path, user: str) -> None:
+    """A render folder whose manifest puts every file and Slurm path under ``root`` (the role's
+    tasks then write there, not to this machine's /etc)."""
+    def at(p: str) -> str:
+        return str(root) + p
+
+    layout = m.slurm
+    dbd = layout.slurmdbd.model_copy(update={"log_file": at(layout.slurmdbd.log_file)}) if layout.slurmdbd else None
+    moved = m.model_copy(update={
+        "files": tuple(f.model_copy(update={"node_path": at(f.node_path), "owner": user if f.owner != "root" else "root",
+                                            "group": user if f.group != "root" else "root"}) for f in m.files),
+        "slurm": layout.model_copy(update={
+            "user": user, "state_save_location": at(layout.state_save_location),
+            "slurmd_spool_dir": at(layout.slurmd_spool_dir), "slurmctld_log_file": at(layout.slurmctld_log_file),
+            "slurmd_log_file": at(layout.slurmd_log_file), "slurmdbd": dbd,
+        }),
+    })
+    if folder.exists():
+        import shutil
+
+        shutil.rmtree(folder)
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    (folder / "manifest.json").write_text(moved.to_text())
+
+
+@pytest.mark.skipif(not __import__("shutil").which("ansible-playbook"), reason="ansible-core is not installed")
+def test_the_role_notifies_the_handlers_the_policy_names(tmp_path: Path) -> None:
+    """The slurm role's real tasks (tasks/config.yml, then the handlers, then tasks/installed.yml)
+    on two local hosts (controller with slurmdbd, a cpu node) whose files go under a temporary
+    root; the handlers are replaced by recorders of the same names and order. Two runs (each takes
+    ~13 s on a 2-core machine): the first install, then a Weight change plus a slurmd-only key.
+    Every other case is the filter's, above; the e2e test runs the real handlers and a second
+    configure that changes nothing."""
+    import getpass
+    import os
+    import pwd
+    import shutil
+    import subprocess
+    import sys
+
+    assert _handler_topics() == HANDLER_ORDER
+    try:
+        user = pwd.getpwnam("slurm").pw_name
+    except KeyError:
+        user = getpass.getuser()
+    roles = tmp_path / "roles"
+    shutil.copytree(ROOT / "roles" / "slurm", roles / "slurm")
+    log = tmp_path / "handlers.log"
+    (roles / "slurm" / "handlers" / "main.yml").write_text(yaml.safe_dump([
+        {"name": t, "ansible.builtin.shell": f"echo '{{{{ inventory_hostname }}}} {t}' >> {log}", "changed_when": True}
+        for t in HANDLER_ORDER
+    ], sort_keys=False))
+    hosts = {"ctl": "ctl", "cpu-001": "cpu"}
+    inventory = {"all": {
+        "vars": {
+            "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+            "clusterforge_cluster_name": "local", "clusterforge_service_manager": "direct",
+            "clusterforge_accounting": {"enabled": True, "storage_host": "ctl", "database": "slurm_acct_db",
+                                        "password_secret": "slurmdbd_storage_pass"},
+            "clusterforge_secrets": {"slurmdbd_storage_pass": "unit-test-pass"},
+        },
+        "hosts": {h: {"clusterforge_node_group": g, "clusterforge_manifest_dir": str(tmp_path / h / "render")}
+                  for h, g in hosts.items()},
+        "children": {"slurm_controller": {"hosts": {"ctl": {}}}, "slurm_dbd": {"hosts": {"ctl": {}}},
+                     "slurm_compute": {"hosts": {"cpu-001": {}}}},
+    }}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([{
+        "name": "Slurm role config tasks", "hosts": "all", "gather_facts": False,
+        "tasks": [
+            {"name": "Config", "ansible.builtin.import_role": {"name": "slurm", "tasks_from": "config.yml"}},
+            {"name": "Handlers", "ansible.builtin.meta": "flush_handlers"},
+            {"name": "Installed", "ansible.builtin.import_role": {"name": "slurm", "tasks_from": "installed.yml"}},
+        ],
+    }], sort_keys=False))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(roles),
+           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
+
+    def run(spec: dict[str, Any]) -> tuple[dict[str, list[str]], dict[str, int]]:
+        result = render_cluster(parse_spec(spec, "test"), base_dir=EXAMPLES)
+        texts = {name: f.content for name, f in result.files.items()}
+        for h in hosts:
+            (tmp_path / h / "root" / "usr" / "local" / "sbin").mkdir(parents=True, exist_ok=True)  # health script
+            _install_render(result.manifest(), texts, tmp_path / h / "render", tmp_path / h / "root", user)
+        log.unlink(missing_ok=True)
+        p = subprocess.run(["ansible-playbook", "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")],
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env, check=False)
+        assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+        ran: dict[str, list[str]] = {h: [] for h in hosts}
+        for line in log.read_text().splitlines() if log.exists() else []:
+            h, topic = line.split(" ", 1)
+            ran[h].append(topic)
+        changed = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", p.stdout, re.M)}
+        return ran, changed
+
+    spec = _base_spec()
+    ran, _ = run(spec)  # first install: no copy on the hosts, each file's own rule
+    assert ran == {"ctl": ["Restart slurmdbd", "Restart slurmctld"], "cpu-001": ["Restart slurmd"]}
+    copy_on_ctl = tmp_path / "ctl" / "root" / "etc" / "slurm" / ".clusterforge-manifest.json"
+    assert copy_on_ctl.read_text() == (tmp_path / "ctl" / "render" / "manifest.json").read_text()
+    assert oct(copy_on_ctl.stat().st_mode & 0o777) == "0o644"
+    dbd_conf = tmp_path / "ctl" / "root" / "etc" / "slurm" / "slurmdbd.conf"
+    assert "StoragePass=unit-test-pass" in dbd_conf.read_text()
+    assert (oct(dbd_conf.stat().st_mode & 0o777), pwd.getpwuid(dbd_conf.stat().st_uid).pw_name) == ("0o600", user)
+
+    # a Weight (reconfigure) and a slurmd-only key (SlurmdUser): the controller only reconfigures
+    # (the file-name rule restarted slurmctld for it), the node restarts its slurmd
+    _group(spec, "gpu").update(weight=20)
+    spec["slurm"].setdefault("extra_conf", {})["SlurmdUser"] = "root"
+    ran, changed = run(spec)
+    assert ran == {"ctl": ["Reconfigure slurm"], "cpu-001": ["Restart slurmd"]}
+    # slurm.conf, its queued action, the handler, the manifest copy: nothing else (the other files,
+    # and the copy's bytes when the render is unchanged, are stable: the e2e test's second run is changed=0)
+    assert changed == {"ctl": 4, "cpu-001": 4}
+
+
+def test_no_role_reads_rendered_config_text() -> None:
+    """The roles take what they need from manifest.json; a rendered file's text is only ever copied
+    to the nodes (the one lookup of one is the secrets fill on its way there)."""
+    reads = []
+    for f in sorted([*(ROOT / "roles").rglob("*.yml"), *(ROOT / "playbooks").glob("*.yml")]):
+        text = f.read_text()
+        for m in re.finditer(r"lookup\('ansible\.builtin\.file',([^)]*)\)([^}]*)", text):
+            if "manifest.json" in m.group(1):
+                continue
+            reads.append((f.relative_to(ROOT).as_posix(), m.group(0)))
+    assert len(reads) == 1 and reads[0][0] == "roles/slurm/tasks/config.yml", reads
+    assert re.match(r"\s*\| fill_secrets\(", reads[0][1].split(")", 1)[1]), reads  # straight into the secrets fill
+    assert "slurm_reconfigure_only_files" not in "".join(
+        p.read_text() for p in (ROOT / "roles" / "slurm").rglob("*.yml")
+    )

@@ -93,13 +93,14 @@ def slurm_plan(
         raise AnsibleFilterError(f"changed files {unknown} are not in the render's manifest; render again")
     by_rule: dict[str, str] = {}  # file -> why its file-level rule applies
     by_key: set[str] = set()
+    rewritten = "rewritten although the render did not change it (edited on the host, or a secret changed)"
     if old_m is None:
         by_rule = dict.fromkeys(changed_names, old_problem)
     else:
         for name in changed_names:
             before, after = old_m.file(name), new_m.file(name)
             if before is not None and after is not None and before.sha256 == after.sha256:
-                by_rule[name] = "rewritten although the render did not change it (edited on the host, or a secret changed)"
+                by_rule[name] = rewritten
             else:
                 by_key.add(name)
         for name in {str(n) for n in host_files or ()} - changed_names:
