@@ -11,6 +11,10 @@ reaches it, the two manifests directly), then checks three things against values
   and on one it does not (called as Ansible calls it: plain dicts from ``manifest.json``, the names
   of the files whose copy changed on that host);
 * that both agree: the daemons the steps restart are the daemons the hosts restart.
+
+Then the filter's fallbacks (no copy of the last install, a file rewritten without a render change,
+actions a failed run owed) and one real run of the role's tasks. One module, over 400 lines, because
+the case table is the point: every kind of change side by side with what each host does.
 """
 
 from __future__ import annotations
