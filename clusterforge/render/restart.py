@@ -341,6 +341,7 @@ def gres_conf_impacts(name: str, a: ConfigRecords | None, b: ConfigRecords | Non
     na, nb = _gres_per_node(a), _gres_per_node(b)
     changed = [n for n in sorted(set(na) | set(nb)) if na.get(n) != nb.get(n)]
     recount = [n for n in changed if len(na.get(n, [])) != len(nb.get(n, []))]
+    drain = [n for n in recount if n in na]  # an added node runs no job to drain
     if changed:
         hl = _compress(changed)
         counts = sorted({f"{len(na.get(n, []))} -> {len(nb.get(n, []))} devices" for n in recount})
@@ -348,8 +349,8 @@ def gres_conf_impacts(name: str, a: ConfigRecords | None, b: ConfigRecords | Non
             Impact(
                 name, f"NodeName={hl}", ("; ".join(counts) if counts else "device lines changed (same count)"),
                 ImpactClass.RESTART_SLURMD,
-                "slurmd reads its devices at start" + ("; the GRES count changes, so drain first" if recount else ""),
-                source, hl, _compress(recount),
+                "slurmd reads its devices at start" + ("; the GRES count changes, so drain first" if drain else ""),
+                source, hl, _compress(drain),
             )
         )
     return out
