@@ -156,7 +156,7 @@ def plan_cmd(
     rc = _resolve(spec, facts)
     _refuse_errors(rc, "planned")
     plan = build_plan(rc, spec_path=spec)
-    sys.stdout.write(to_json(plan) if as_json else format_text(plan))
+    sys.stdout.write(to_json(plan) if as_json else format_text(plan, width=out.width if out.is_terminal else 1000))
 
 
 @app.command("inventory")

@@ -187,3 +187,20 @@ def test_render_cli_uses_the_same_resolution(tmp_path: Path) -> None:
     assert code == 0, out
     lib = render(resolve_file(tmp_path / "s.yaml"))
     assert (tmp_path / "out" / "slurm" / "gres.conf").read_text() == lib.files["slurm/gres.conf"].content
+
+
+@pytest.mark.parametrize("verb", ["validate", "render", "inventory"])  # diff: tests/test_diff.py
+def test_a_malformed_facts_folder_is_one_message_for_every_verb(tmp_path: Path, verb: str) -> None:
+    facts = tmp_path / "facts"
+    (facts / "mi-01").mkdir(parents=True)
+    (facts / "mi-01" / "slurmd-C.txt").write_text("not what slurmd -C prints\n")
+    spec = str(EXAMPLES / "amd-mi300x.yaml")
+    args = {
+        "validate": ["validate", spec],
+        "render": ["render", spec, "--out", str(tmp_path / "out")],
+        "inventory": ["inventory", spec, "--out", str(tmp_path / "inv")],
+    }[verb]
+    code, out = cli(*args, "--facts", str(facts))
+    assert code == 2, out
+    assert "no 'NodeName=' lines" in out and "Traceback" not in out
+    assert not (tmp_path / "out").exists() and not (tmp_path / "inv").exists()

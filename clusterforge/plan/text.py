@@ -1,11 +1,17 @@
-"""Plan output: a plain-text tree for people, stable sorted JSON for machines (and diffs)."""
+"""Plan output: a rich tree and tables for people, stable sorted JSON for machines (and diffs)."""
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
 
 from clusterforge.plan.model import PLAN_FORMAT, SECRET, UNKNOWN, Plan, PlannedResource
 
@@ -167,53 +173,69 @@ def _summary(r: PlannedResource) -> str:
         return ""
 
 
-def format_text(plan: Plan) -> str:
-    """The plan as an indented tree plus counts, files, outputs and cost (rich-friendly plain text)."""
-    out: list[str] = []
-    w = out.append
-    w(f"Plan for cluster {plan.cluster} (stack {plan.stack}, region {plan.region}, spec {plan.spec_path})")
-    for note in plan.notes:
-        w(f"  {note}")
-    w("")
-    w(f"Resources: {plan.cloud_resource_count} AWS resources in {len(plan.resources)} registrations")
+def _tree(plan: Plan) -> Tree:
+    """The resource tree (component -> children), each node with its type, name and summary."""
     children: dict[str | None, list[PlannedResource]] = {}
     for r in plan.resources:
         children.setdefault(r.parent, []).append(r)
     keys = {r.key for r in plan.resources}
     roots = [r for r in plan.resources if r.parent is None or r.parent not in keys]
+    top = Tree(f"Resources: {plan.cloud_resource_count} AWS resources in {len(plan.resources)} registrations")
 
-    def walk(r: PlannedResource, prefix: str, last: bool, top: bool) -> None:
-        branch = "" if top else ("└─ " if last else "├─ ")
+    def label(r: PlannedResource) -> Text:
         summary = _summary(r)
-        w(f"{prefix}{branch}{_short_type(r.type)} {r.name}{'  ' + summary if summary else ''}")
+        return Text(f"{_short_type(r.type)} {r.name}{'  ' + summary if summary else ''}", overflow="fold")
+
+    def walk(r: PlannedResource, node: Tree) -> None:
         kids = sorted(children.get(r.key, []), key=lambda c: (c.kind != "component", c.type, c.name))
-        ext = "" if top else ("   " if last else "│  ")
-        for i, c in enumerate(kids):
-            walk(c, prefix + ext, i == len(kids) - 1, False)
+        for c in kids:
+            walk(c, node.add(label(c)))
 
     for r in sorted(roots, key=lambda r: (r.kind != "provider", r.key)):
-        walk(r, "  ", True, True)
-    w("")
-    w("Counts per type:")
-    width = max((len(t) for t in plan.counts), default=0)
+        walk(r, top.add(label(r)))
+    return top
+
+
+def _table(title: str, *cols: str) -> Table:
+    t = Table(title=title, title_justify="left", title_style="bold", show_edge=False, pad_edge=False, box=None)
+    for c in cols:
+        t.add_column(c, overflow="fold", justify="right" if c in ("count", "per hour") else "left")
+    return t
+
+
+def plan_renderables(plan: Plan) -> list[Any]:
+    """The plan for a terminal: a resource tree and tables (counts, files, outputs, cost)."""
+    head = Text(f"Plan for cluster {plan.cluster} (stack {plan.stack}, region {plan.region}, spec {plan.spec_path})")
+    notes = [Text(f"  {n}") for n in plan.notes]
+    counts = _table("Counts per type", "type", "count")
     for t, n in plan.counts.items():
-        w(f"  {t:<{width}}  {n:>4}")
-    w("")
-    w(f"Rendered files ({len(plan.files)}):")
+        counts.add_row(t, str(n))
+    files = _table(f"Rendered files ({len(plan.files)})", "sha256", "file -> node path", "node groups")
     for f in plan.files:
-        w(f"  {f.sha256[:16]}  {f.name} -> {f.node_path}  [{', '.join(f.groups)}]")
-    w("")
-    w("Stack outputs:")
+        files.add_row(f.sha256[:16], f"{f.name} -> {f.node_path}", ", ".join(f.groups))
+    outputs = Tree("Stack outputs")
     for k in sorted(plan.outputs):
-        w(f"  {k} = {json.dumps(plan.outputs[k], sort_keys=True)}")
-    w("")
+        outputs.add(Text(f"{k} = {json.dumps(plan.outputs[k], sort_keys=True)}", overflow="fold"))
     c = plan.cost
-    w(f"Estimated cost ({c.currency}, {c.region} prices as of {c.as_of}; estimates):")
+    cost = _table(f"Estimated cost ({c.currency}, {c.region} prices as of {c.as_of}; estimates)",
+                  "per hour", "item", "unit price; basis")
     for line in c.lines:
         unit = f"{line.unit_price_hour:.4f}/{line.unit}-h" if line.unit_price_hour is not None else "no price"
-        w(f"  {line.hourly:>10.2f}/h  {line.item}  [{unit}; {line.basis}]")
-    w(f"  {c.total_hourly:>10.2f}/h  total  (~{c.total_monthly:,.0f}/month at {c.hours_per_month} h)")
-    for note in c.notes:
-        w(f"  note: {note}")
-    w(f"Unknown values read {UNKNOWN!r}; secrets read {SECRET!r}.")
-    return "\n".join(out) + "\n"
+        cost.add_row(f"{line.hourly:,.2f}/h", line.item, f"{unit}; {line.basis}")
+    cost.add_row(f"{c.total_hourly:,.2f}/h", "total", f"~{c.total_monthly:,.0f}/month at {c.hours_per_month} h")
+    tail = [Text(f"note: {n}") for n in c.notes]
+    tail.append(Text(f"Unknown values read {UNKNOWN!r}; secrets read {SECRET!r}."))
+    return [head, *notes, Text(""), _tree(plan), Text(""), counts, Text(""), files, Text(""), outputs, Text(""),
+            cost, *tail]
+
+
+def format_text(plan: Plan, width: int = 1000) -> str:
+    """The plan as plain text (what ``clusterforge plan`` prints when not on a terminal).
+
+    ``width`` defaults wide so that a file or a pipe gets one line per resource."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, no_color=True, highlight=False, soft_wrap=False)
+    for part in plan_renderables(plan):
+        console.print(part)
+    # rich pads table cells to the column width; trailing blanks only make diffs of the text noisy
+    return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())

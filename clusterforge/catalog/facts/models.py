@@ -9,9 +9,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from clusterforge.errors import ClusterforgeError
 
-class FactsError(ValueError):
-    """A fact file that is not what its tool prints, or facts that cannot apply to a profile."""
+
+class FactsError(ClusterforgeError, ValueError):
+    """A fact file that is not what its tool prints, or facts that cannot apply to a profile.
+
+    A ``ClusterforgeError``: every verb reports it as one message (exit 2), never a traceback;
+    still a ``ValueError`` for the callers that caught it as one."""
 
 
 class _Fact(BaseModel):
