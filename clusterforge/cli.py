@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from clusterforge.clusterspec import Level
 from clusterforge.clusterspec.types import SLURM_VERSIONS
@@ -45,6 +46,19 @@ def _resolve(spec: Path, facts: Path | None = None, slurm_version: str | None = 
     from clusterforge.resolve import resolve_file
 
     return resolve_file(spec, facts_dir=facts, slurm_version=slurm_version)
+
+
+def _table(*cols: str) -> Table:
+    """A plain terminal table (no box: it also reads well in a log or a pipe)."""
+    t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for c in cols:
+        t.add_column(c, overflow="fold")
+    return t
+
+
+def _print_table(t: Table) -> None:
+    # a pipe or a file gets whole lines (rich would fold at 80 columns there)
+    (out if out.is_terminal else Console(highlight=False, width=200)).print(t)
 
 
 def _refuse_errors(rc: ResolvedCluster, what: str) -> None:
@@ -118,8 +132,10 @@ def render_cmd(
     _refuse_errors(rc, "rendered")
     result = render(rc)
     changed = write_render(result, out_dir)
+    files = _table("file", "node path", "sha256", "node groups")
     for f in sorted(result.files.values(), key=lambda f: f.name):
-        out.print(f"  {f.name:<28} -> {f.node_path:<42} {f.sha256[:12]}  [{', '.join(f.groups)}]", markup=False)
+        files.add_row(f.name, f.node_path, f.sha256[:12], ", ".join(f.groups))
+    _print_table(files)
     for note in result.notes:
         out.print(f"  note: {note}", markup=False)
     out.print(
@@ -414,10 +430,12 @@ def catalog_cmd(
             raise ClusterforgeError(f"no profile {name!r}; `clusterforge catalog` lists them")
         print(json.dumps(p.model_dump(), indent=2))
         return
+    table = _table("profile", "kind", "cpus", "sockets x cores x threads", "gpu")
     for p in load_catalog().values():
         gpu = f"{p.gpu.count}x {p.gpu.model}" if p.gpu else "-"
         layout = f"{p.sockets}x{p.cores_per_socket}x{p.threads_per_core}" if p.cpu_layout_known else "unknown"
-        out.print(f"{p.name:<18} {p.kind:<7} cpus={p.cpus or '?':<4} SxCxT={layout:<9} gpu={gpu}", markup=False)
+        table.add_row(p.name, p.kind, str(p.cpus or "?"), layout, gpu)
+    _print_table(table)
 
 
 def main() -> None:
