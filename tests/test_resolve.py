@@ -16,7 +16,7 @@ from clusterforge.clusterspec import parse_spec
 from clusterforge.errors import ClusterforgeError, SpecError
 from clusterforge.render import render
 from clusterforge.resolve import SpecInvalid, resolve, resolve_file
-from tests.test_spec import run_cli
+from tests.test_spec import _paths, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -117,17 +117,6 @@ def test_configure_refuses_a_spec_with_errors(tmp_path: Path) -> None:
 JUNK: list[Any] = [None, -1, 0, 1, 3, 10**6, "", "x", "abc_1", True, False, [], {}, [1, 2], {"a": 1},
                    "10.0.0.0/33", "dgx-[9-1]", "p9.huge", "0.0.0.0/0", "gpu-[001-999]", "1-00:00:00", "22.05",
                    "25.05", "block", "tree", "none", "efa", "infiniband", "compute", "login", "controller"]
-
-
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix] if prefix else []
-    if isinstance(node, dict):
-        for k, v in node.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            out += _paths(v, (*prefix, i))
-    return out
 
 
 def _mutants(count: int, seed: int) -> list[tuple[str, dict[str, Any]]]:
