@@ -1,7 +1,11 @@
-"""The one renderer: spec (+ catalog or discovered facts) -> every config file of the cluster.
+"""The one renderer: a resolved cluster -> every config file of the cluster, plus the typed manifest.
 
-``render_cluster`` is used by ``clusterforge render``, ``plan``, ``diff``, ``check`` and by the
-Ansible roles (through the manifest). Nothing else formats a Slurm or NCCL line.
+``render(rc)`` is used by ``clusterforge render``, ``plan``, ``inventory``, ``diff`` and ``local``;
+the check and the Ansible roles read what it wrote through ``manifest.Manifest``. Nothing else
+formats (or parses) a Slurm or NCCL line. The package holds: ``model`` (the config model),
+``slurm``/``topology``/``nccl``/``alerts`` (one builder per file kind), ``versions`` and
+``nccl_versions`` (the cited version gates), ``manifest`` (the contract), ``restart`` (the one
+restart policy), ``result``/``writer``/``yamlfile`` (files, atomic writes, YAML from data).
 """
 
 from __future__ import annotations
