@@ -177,7 +177,7 @@ SETTINGS: dict[str, SettingRule] = {
     "clusterforge_monitoring.dcgm_exporter": SettingRule(
         ("dcgm", "monitoring"), HostAction.RESTART_SERVICE, False,
         "dcgm-exporter is started or stopped on the NVIDIA GPU hosts and Prometheus scrapes it or not; "
-        "no job is touched", "roles/dcgm/defaults/main.yml; roles/monitoring/templates/prometheus.yml.j2",
+        "no job is touched", "roles/dcgm/defaults/main.yml; roles/monitoring/vars/main.yml",
         ("gpu_nvidia", "monitoring_server"),
     ),
     "clusterforge_monitoring.prometheus": SettingRule(
@@ -193,7 +193,7 @@ SETTINGS: dict[str, SettingRule] = {
     "clusterforge_monitoring.scrape_interval_s": SettingRule(
         ("monitoring",), HostAction.RESTART_SERVICE, False,
         "prometheus.yml changes and Prometheus restarts; no job is touched",
-        "roles/monitoring/templates/prometheus.yml.j2", ("monitoring_server",),
+        "roles/monitoring/vars/main.yml", ("monitoring_server",),
     ),
     # ------------------------------------------------------------------ accounting, secrets
     "clusterforge_accounting": SettingRule(
