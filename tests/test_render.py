@@ -352,3 +352,20 @@ def test_topology_yaml_quotes_names_yaml_would_misread() -> None:
             },
         }
     ]
+
+
+def test_manifest_says_what_a_change_of_each_file_requires_and_where() -> None:
+    m = json.loads(rendered("onprem-dgx.yaml")[MANIFEST])
+    on = {f["name"]: f["on_change"] for f in m["files"]}
+    assert (on["slurm/slurm.conf"]["action"], on["slurm/slurm.conf"]["by_key"]) == ("restart", True)
+    assert on["slurm/slurm.conf"]["hosts"] == {"slurmctld": "head-01", "slurmd": "cpu-[01-08],dgx-[001-032]"}
+    assert on["slurm/gres.conf"]["hosts"] == {"slurmd": "cpu-[01-08],dgx-[001-032]"}
+    assert (on["slurm/topology.conf"]["action"], on["slurm/topology.conf"]["hosts"]) == (
+        "reconfigure", {"reconfigure": "head-01"}
+    )
+    assert on["slurm/slurmdbd.conf"]["restart"] == ["slurmdbd"]
+    assert on["slurm/slurmdbd.conf"]["hosts"] == {"slurmdbd": "head-01"}
+    for name in ("nccl/dgx.conf", "env/dgx.sh", "health/dgx.sh", "prometheus/alerts.yml"):
+        assert (on[name]["action"], on[name]["hosts"]) == ("none", {}), name
+    owners = {f["name"]: (f["owner"], f["mode"]) for f in m["files"]}
+    assert owners["slurm/slurmdbd.conf"] == ("slurm", "0600") and owners["slurm/slurm.conf"] == ("root", "0644")

@@ -229,11 +229,22 @@ def render(rc: ResolvedCluster) -> RenderResult:
     def add(name: str, template: str, node_path: str, node_groups: tuple[str, ...], daemons: tuple[str, ...] = (),
             mode: str = "0644", secret_refs: tuple[str, ...] = (), owner: str = "root", **ctx: Any) -> None:
         text = env.get_template(template).render(cluster=c.name, version=ver, **ctx)
-        files.append(RenderedFile(name, text, node_path, node_groups, daemons, mode, secret_refs, owner))
+        files.append(RenderedFile(name, text, node_path, node_groups, daemons, mode, secret_refs, owner,
+                                  _daemon_hosts(node_groups, daemons)))
 
     def add_yaml(name: str, text: str, node_path: str, node_groups: tuple[str, ...], daemons: tuple[str, ...]) -> None:
         # YAML is dumped from data (render/yamlfile.py), not printed by a template
-        files.append(RenderedFile(name, text, node_path, node_groups, daemons, "0644", ()))
+        files.append(RenderedFile(name, text, node_path, node_groups, daemons, "0644", (), "root",
+                                  _daemon_hosts(node_groups, daemons)))
+
+    ctl_hosts = hostlist.compress([h for g in rc.with_role("controller") for h in g.hosts])
+
+    def _daemon_hosts(groups: tuple[str, ...], daemons: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+        """Which hosts run each daemon that reads a file: slurmctld and slurmdbd on the controller,
+        slurmd on the file's compute groups."""
+        slurmd = [h for g in rc.groups if g.role == "compute" and g.name in groups for h in g.hosts]
+        out = {"slurmctld": ctl_hosts, "slurmdbd": ctl_hosts, "slurmd": hostlist.compress(slurmd) if slurmd else ""}
+        return tuple((d, out[d]) for d in ("slurmctld", "slurmdbd", "slurmd") if d in daemons and out[d])
 
     nodes = [line for n in m.compute for line in node_fields(n)]
     sections = slurm_sections(m)

@@ -50,6 +50,9 @@ class OnChange(_M):
 
     action: Action
     restart: tuple[str, ...] = Field((), description="daemons to restart, in restart order")
+    hosts: dict[str, str] = Field(
+        {}, description="per restarted daemon (and 'reconfigure'), the hosts that run it (a Slurm hostlist)"
+    )
     by_key: bool = False
     why: str
     source: str

@@ -217,12 +217,19 @@ def file_rule(name: str, daemons: Iterable[str] = ()) -> tuple[ImpactClass, str,
     return ImpactClass.NONE, "no daemon reads it", "render manifest"
 
 
-def on_change_for(name: str, daemons: Iterable[str] = ()) -> OnChange:
-    """The manifest's ``on_change`` of one file."""
+def on_change_for(name: str, daemons: Iterable[str] = (), where: Mapping[str, str] | None = None) -> OnChange:
+    """The manifest's ``on_change`` of one file.
+
+    ``where``: daemon -> the hosts (hostlist) that run it for this file; ``reconfigure`` runs where
+    slurmctld does. The renderer passes it, so the manifest says which hosts a change touches."""
     cls, why, source = file_rule(name, daemons)
     action = "none" if cls is ImpactClass.NONE else "reconfigure" if cls is ImpactClass.RECONFIGURE else "restart"
     leaf = name.rsplit("/", 1)[-1]
-    return OnChange(action=action, restart=RESTARTS[cls], by_key=leaf in BY_KEY, why=why, source=source)
+    wanted = RESTARTS[cls] + (("slurmctld",) if cls is ImpactClass.RECONFIGURE else ())
+    hosts = {
+        ("reconfigure" if cls is ImpactClass.RECONFIGURE else d): where[d] for d in wanted if where and where.get(d)
+    }
+    return OnChange(action=action, restart=RESTARTS[cls], hosts=hosts, by_key=leaf in BY_KEY, why=why, source=source)
 
 
 # ----------------------------------------------------------------------------- key by key

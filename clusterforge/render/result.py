@@ -31,6 +31,7 @@ class RenderedFile:
     mode: str = "0644"
     secret_refs: tuple[str, ...] = ()
     owner: str = "root"
+    daemon_hosts: tuple[tuple[str, str], ...] = ()  # (daemon, hostlist) of the hosts that run it for this file
 
     @property
     def sha256(self) -> str:
@@ -47,7 +48,7 @@ class RenderedFile:
             daemons=self.daemons,
             sha256=self.sha256,
             secret_refs=self.secret_refs,
-            on_change=on_change_for(self.name, self.daemons),
+            on_change=on_change_for(self.name, self.daemons, dict(self.daemon_hosts)),
         )
 
 
