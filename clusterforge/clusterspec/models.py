@@ -1,7 +1,7 @@
 """The cluster spec: one YAML file describes a whole cluster, on AWS, on-prem racks, or both.
 
 Structure (types, required fields, one-of choices) is checked here by pydantic; rules that need
-the hardware catalog or weigh several sections against each other live in ``rules.py`` with a
+the hardware catalog or weigh several sections against each other live in ``rules/`` with a
 level (error, warning, info).
 """
 

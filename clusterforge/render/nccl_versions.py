@@ -83,7 +83,7 @@ GATES: dict[str, Gate] = {
         "NVIDIA/nccl src/include/nccl_tuner.h @v2.21.5-1 L58 NCCL_TUNER_PLUGIN_SYMBOL \"ncclTunerPlugin_v2\"; "
         "src/misc/tuner.cc @v2.21.5-1 L62-118 also tries libnccl-tuner.so, then libnccl-net.so",
     ),
-    # Minimums the validation rules enforce (clusterspec/rules.py, efa_rules).
+    # Minimums the validation rules enforce (clusterspec/rules/nodes.py, efa_rules).
     "ofi_p5_minimum": Gate(
         "aws-ofi-nccl", (1, 7, 2),
         f"{EFA_DOC} L101-105: p5.48xlarge 'aws-ofi-nccl>=1.7.2 (recommend at least 1.7.3)'",

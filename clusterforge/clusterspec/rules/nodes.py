@@ -1,0 +1,229 @@
+"""Rules on node groups: profiles, controllers, host names, EFA, fabrics, GPU vendors, CPU layouts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from clusterforge import hostlist
+from clusterforge.catalog import profile_names
+from clusterforge.clusterspec.models import Cluster
+from clusterforge.clusterspec.rules.base import Finding, Level, RuleContext, _gi, rule
+
+
+@rule
+def profiles_exist(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
+    for g in c.node_groups:
+        name = g.profile_name
+        field = "cloud.instance_type" if g.is_cloud else "onprem.profile"
+        p = ctx.profile(g)
+        if p is None:
+            known = ", ".join(profile_names("aws" if g.is_cloud else None))
+            yield Finding(
+                Level.ERROR, "unknown-profile", f"{_gi(c, g)}.{field}", name,
+                "is not in the hardware catalog, so its sockets, memory and GPUs are unknown.",
+                f"use one of: {known}; or add a profile to clusterforge/catalog/profiles.yaml with sources.",
+            )
+
+
+@rule
+def one_controller(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
+    ctl = c.groups_with_role("controller")
+    hosts = sum(len(g.hostnames) for g in ctl)
+    if len(ctl) != 1 or hosts not in (1, 2):
+        yield Finding(
+            Level.ERROR, "controller-count", "node_groups[*].role", f"{len(ctl)} group(s), {hosts} host(s)",
+            "Slurm needs exactly one controller group with one host (or two for a backup controller).",
+            "mark exactly one node group 'role: controller' with count 1 (or 2).",
+        )
+    elif hosts == 2 and not any(
+        c.slurm.state_save_location.startswith(s.mount.rstrip("/") + "/") for s in c.storage
+    ):
+        yield Finding(
+            Level.ERROR, "ha-state-not-shared", "slurm.state_save_location", c.slurm.state_save_location,
+            "two controllers must share StateSaveLocation, or the backup takes over with stale state.",
+            "put slurm.state_save_location under a shared storage mount (e.g. /fsx/slurm/state).",
+        )
+    if not c.groups_with_role("compute"):
+        yield Finding(
+            Level.ERROR, "no-compute", "node_groups", len(c.node_groups),
+            "a cluster without compute nodes runs no jobs.", "add a node group with role: compute.",
+        )
+
+
+@rule
+def unique_hosts(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
+    owner: dict[str, str] = {}
+    for g in c.node_groups:
+        for h in g.hostnames:
+            if h in owner and owner[h] != g.name:
+                yield Finding(
+                    Level.ERROR, "duplicate-host", f"{_gi(c, g)}", h,
+                    f"host name is also in node group {owner[h]!r}; Slurm node names must be unique.",
+                    "rename the hosts of one group or remove the overlap.",
+                )
+            owner.setdefault(h, g.name)
+    addr_owner: dict[str, str] = {}
+    for g in c.node_groups:
+        if g.onprem and g.onprem.addresses:
+            for a in hostlist.expand(g.onprem.addresses):
+                if a in addr_owner:
+                    yield Finding(
+                        Level.ERROR, "duplicate-address", f"{_gi(c, g)}.onprem.addresses", a,
+                        f"address is also used by group {addr_owner[a]!r}.", "give every host its own address.",
+                    )
+                addr_owner.setdefault(a, g.name)
+
+
+@rule
+def cloud_needs_aws(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
+    for g in c.node_groups:
+        if g.cloud is None:
+            continue
+        if c.aws is None:
+            yield Finding(
+                Level.ERROR, "cloud-without-aws", f"{_gi(c, g)}.cloud", g.cloud.instance_type,
+                "a cloud node group needs the 'aws' section (region, VPC, subnets).",
+                "add 'aws:' with region, vpc_cidr and subnets, or make the group on-prem.",
+            )
+            continue
+        names = [s.name for s in c.aws.subnets]
+        if g.cloud.subnet is not None and g.cloud.subnet not in names:
+            yield Finding(
+                Level.ERROR, "unknown-subnet", f"{_gi(c, g)}.cloud.subnet", g.cloud.subnet,
+                "names no subnet in aws.subnets.", f"use one of: {', '.join(names)}.",
+            )
+
+
+@rule
+def efa_rules(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
+    # Imported here: clusterforge.render imports the resolver, which imports these rules.
+    from clusterforge.render.nccl_versions import first as nccl_first
+    from clusterforge.render.nccl_versions import has as nccl_gate
+
+    for g in c.node_groups:
+        cl = g.cloud
+        if cl is None or not cl.efa:
+            continue
+        path = f"{_gi(c, g)}.cloud"
+        p = ctx.profile(g)
+        if p is not None and not p.efa_capable:
+            yield Finding(
+                Level.ERROR, "efa-unsupported", f"{path}.instance_type", cl.instance_type,
+                "this instance type has no EFA interfaces (maximumEfaInterfaces = 0).",
+                "use an EFA-capable type (p5.48xlarge, p4d.24xlarge, hpc7a.96xlarge, ...) or set efa: false.",
+            )
+        if c.aws is not None and cl.subnet is None:
+            azs = {s.availability_zone for s in c.aws.subnets if not s.public}
+            if len(azs) != 1:
+                yield Finding(
+                    Level.ERROR, "efa-multi-az", f"{path}.subnet", None,
+                    f"EFA traffic does not cross availability zones, and the private subnets span {sorted(azs)}.",
+                    "name one subnet for the group (cloud.subnet) so all its nodes land in one AZ.",
+                )
+        cb = cl.capacity.type == "capacity_block"
+        if cb and cl.placement_group:
+            yield Finding(
+                Level.WARNING, "placement-with-capacity-block", f"{path}.placement_group", True,
+                "a capacity block is already placed by AWS; an extra placement group can cause "
+                "insufficient-capacity errors outside the reservation.",
+                "set placement_group: false for capacity-block groups.",
+            )
+        elif not cb and not cl.placement_group:
+            yield Finding(
+                Level.ERROR, "efa-needs-placement", f"{path}.placement_group", False,
+                "EFA nodes outside a cluster placement group may land on distant racks: higher "
+                "latency and lower all-reduce bandwidth.",
+                "set placement_group: true (or use a capacity block).",
+            )
+        if cl.capacity.type == "spot":
+            yield Finding(
+                Level.WARNING, "efa-on-spot", f"{path}.capacity.type", "spot",
+                "a reclaimed spot node kills every synchronous multi-node job on the group.",
+                "use on_demand, a reservation or a capacity block for training groups.",
+            )
+        gs = c.gpu_stack
+        if p is not None and p.gpu is not None and gs.vendor == "nvidia":
+            if gs.aws_ofi_nccl is None:
+                yield Finding(
+                    Level.ERROR, "efa-without-ofi", "gpu_stack.aws_ofi_nccl", None,
+                    "NCCL cannot use EFA without the aws-ofi-nccl plugin; it would fall back to TCP sockets.",
+                    "set gpu_stack.aws_ofi_nccl (e.g. '1.14.0').",
+                )
+            elif p.gpu.generation == "hopper" and not nccl_gate(gs.aws_ofi_nccl, "ofi_p5_minimum"):
+                yield Finding(
+                    Level.ERROR, "ofi-too-old", "gpu_stack.aws_ofi_nccl", gs.aws_ofi_nccl,
+                    f"p5-class instances need aws-ofi-nccl >= {nccl_first('ofi_p5_minimum')} (EFA cheatsheet).",
+                    "upgrade to 1.7.3 or newer.",
+                )
+            if p.gpu.generation == "hopper" and not nccl_gate(gs.nccl, "nccl_nvls"):
+                yield Finding(
+                    Level.WARNING, "nccl-too-old", "gpu_stack.nccl", gs.nccl,
+                    f"on p5-class instances NCCL < {nccl_first('nccl_nvls')} runs without NVLS (plugin disables it).",
+                    "use NCCL 2.18.5 or newer.",
+                )
+
+
+@rule
+def fabric_matches_location(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
+    for g in c.node_groups:
+        f = g.fabric
+        if f is None:
+            continue
+        path = f"{_gi(c, g)}.fabric.type"
+        if g.is_cloud and f.type in ("infiniband", "roce"):
+            yield Finding(
+                Level.ERROR, "fabric-not-in-cloud", path, f.type,
+                "EC2 offers no InfiniBand or RoCE; its RDMA fabric is EFA.",
+                "use fabric type efa (with cloud.efa: true) or ethernet.",
+            )
+        if f.type == "efa" and not (g.cloud and g.cloud.efa):
+            yield Finding(
+                Level.ERROR, "efa-fabric-without-efa", path, f.type,
+                "fabric efa needs EFA interfaces on the instances.",
+                "set cloud.efa: true on this group, or use fabric ethernet/infiniband.",
+            )
+        if f.type in ("infiniband", "roce") and not f.hcas:
+            yield Finding(
+                Level.WARNING, "no-hcas", f"{_gi(c, g)}.fabric.hcas", [],
+                "without NCCL_IB_HCA NCCL may use storage or management ports for collectives.",
+                "list the compute HCAs (ibstat shows them; playbooks/discover.yml collects them).",
+            )
+        if f.type == "roce" and f.gid_index is None:
+            yield Finding(
+                Level.INFO, "roce-gid-auto", f"{_gi(c, g)}.fabric.gid_index", None,
+                "NCCL will auto-select the GID (NCCL >= 2.21 follows NCCL_SOCKET_FAMILY).",
+                "set gid_index (usually 3 for RoCEv2/IPv4) to pin it.",
+            )
+
+
+@rule
+def gpu_vendor_matches(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
+    for g in c.node_groups:
+        p = ctx.profile(g)
+        if p is not None and p.gpu is not None and p.gpu.vendor != c.gpu_stack.vendor:
+            yield Finding(
+                Level.ERROR, "gpu-vendor-mismatch", "gpu_stack.vendor", c.gpu_stack.vendor,
+                f"node group {g.name!r} ({g.profile_name}) has {p.gpu.vendor} GPUs.",
+                f"set gpu_stack.vendor: {p.gpu.vendor}, or split the clusters.",
+            )
+
+
+@rule
+def unknown_cpu_layout(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
+    # the resolved profile: discovered facts (--facts DIR or facts_dir) already applied
+    for g in c.node_groups:
+        p = ctx.profile(g)
+        if p is not None and not p.cpu_layout_known:
+            yield Finding(
+                Level.INFO if p.cpus else Level.ERROR, "cpu-layout-unknown", f"{_gi(c, g)}", g.profile_name,
+                "neither the catalog nor discovered facts give this profile's sockets/cores/threads"
+                + (
+                    (" (slurm.conf gets CPUs and ThreadsPerCore only)." if p.threads_per_core else
+                     " (slurm.conf gets CPUs only).")
+                    if p.cpus
+                    else " nor its CPU count."
+                ),
+                "run playbooks/discover.yml and render with --facts DIR (or set facts_dir).",
+            )
+
+
