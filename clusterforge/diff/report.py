@@ -1,6 +1,9 @@
 """The diff report: the model, and two of its forms — JSON (stable, sorted) and Markdown for a pull
 request comment (errors and the summary first, collapsible sections, a hard size cap that keeps the
-summary). The terminal form (rich tables and trees) is :mod:`clusterforge.diff.terminal`."""
+summary). The terminal form (rich tables and trees) is :mod:`clusterforge.diff.terminal`.
+
+About 430 lines: the report model and the two forms that must show the same facts stay together,
+so a field added to the model is seen next to both places that print it."""
 
 from __future__ import annotations
 

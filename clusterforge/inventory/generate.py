@@ -1,4 +1,7 @@
-"""Build and write the generated Ansible inventory (see the package docstring for the contract)."""
+"""Build and write the generated Ansible inventory (see the package docstring for the contract).
+
+About 410 lines: the host, group and variable builders of one inventory; issue 12 (the AWS
+inventory) reworks the cloud half, which is the point to split it."""
 
 from __future__ import annotations
 
