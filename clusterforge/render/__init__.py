@@ -238,12 +238,15 @@ def render(rc: ResolvedCluster) -> RenderResult:
                                   _daemon_hosts(node_groups, daemons)))
 
     ctl_hosts = hostlist.compress([h for g in rc.with_role("controller") for h in g.hosts])
+    slurmd_hosts: dict[tuple[str, ...], str] = {}  # node groups -> hostlist: compressed once, not per file
 
     def _daemon_hosts(groups: tuple[str, ...], daemons: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
         """Which hosts run each daemon that reads a file: slurmctld and slurmdbd on the controller,
         slurmd on the file's compute groups."""
-        slurmd = [h for g in rc.groups if g.role == "compute" and g.name in groups for h in g.hosts]
-        out = {"slurmctld": ctl_hosts, "slurmdbd": ctl_hosts, "slurmd": hostlist.compress(slurmd) if slurmd else ""}
+        if "slurmd" in daemons and groups not in slurmd_hosts:
+            names = [h for g in rc.groups if g.role == "compute" and g.name in groups for h in g.hosts]
+            slurmd_hosts[groups] = hostlist.compress(names) if names else ""
+        out = {"slurmctld": ctl_hosts, "slurmdbd": ctl_hosts, "slurmd": slurmd_hosts.get(groups, "")}
         return tuple((d, out[d]) for d in ("slurmctld", "slurmdbd", "slurmd") if d in daemons and out[d])
 
     nodes = [line for n in m.compute for line in node_fields(n)]
