@@ -4,6 +4,7 @@
   return the ``CompletedProcess``; a missing binary raises ``ProcNotFound``, an expired deadline
   ``ProcTimeout`` (the child is SIGKILLed first), ``check=True`` and a non-zero exit ``ProcFailed``.
   All three are ``ProcError``, a ``ClusterforgeError``: the CLI prints them, never a traceback.
+* ``run_bytes(argv, *, timeout, cwd=None)``: the same for output that is data (git archives).
 * ``start(argv, ...)``: start a long-running daemon as the leader of its own process group with
   its merged stdout/stderr read line by line in a thread (``Daemon.lines``), so every wait on it
   has a deadline; ``Daemon.stop(grace)`` sends SIGTERM to the group, SIGKILL after ``grace``.
@@ -21,11 +22,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from clusterforge.errors import ClusterforgeError
 
-__all__ = ["Daemon", "Lines", "ProcError", "ProcFailed", "ProcNotFound", "ProcTimeout", "run", "start"]
+__all__ = ["Daemon", "Lines", "ProcError", "ProcFailed", "ProcNotFound", "ProcTimeout", "run", "run_bytes", "start"]
 
 # After SIGKILL: only a child stuck in uninterruptible I/O takes this long to be reaped.
 KILL_WAIT_S = 10.0
@@ -70,6 +71,21 @@ def _text(out: str | bytes | None) -> str:
     return out or ""
 
 
+def _completed(argv: list[str], timeout: float, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+    """``subprocess.run`` with a deadline, its failures turned into ``ProcError``s."""
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=max(timeout, 0.1), check=False, **kwargs)
+    except FileNotFoundError:
+        raise ProcNotFound(f"{argv[0]}: no such program; is it installed and on PATH?", argv) from None
+    except PermissionError as exc:
+        raise ProcNotFound(f"{argv[0]}: cannot be executed ({exc.strerror})", argv) from None
+    except subprocess.TimeoutExpired as exc:  # subprocess.run has SIGKILLed the child
+        output = _text(exc.stdout) + _text(exc.stderr)
+        raise ProcTimeout(
+            f"{_name(argv)} did not finish within {timeout:.0f} s and was stopped", argv, timeout, output
+        ) from None
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -84,31 +100,24 @@ def run(
     stdin is ``input`` or /dev/null (never the caller's terminal: nothing here is interactive).
     Undecodable bytes are replaced, so binary noise in a log cannot raise.
     """
-    argv = [str(a) for a in argv]
-    try:
-        cp = subprocess.run(
-            argv,
-            input=input,
-            stdin=subprocess.DEVNULL if input is None else None,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            env=None if env is None else dict(env),
-            cwd=cwd,
-            timeout=max(timeout, 0.1),
-            check=False,
-        )
-    except FileNotFoundError:
-        raise ProcNotFound(f"{argv[0]}: no such program; is it installed and on PATH?", argv) from None
-    except PermissionError as exc:
-        raise ProcNotFound(f"{argv[0]}: cannot be executed ({exc.strerror})", argv) from None
-    except subprocess.TimeoutExpired as exc:  # subprocess.run has SIGKILLed the child
-        output = _text(exc.stdout) + _text(exc.stderr)
-        raise ProcTimeout(
-            f"{_name(argv)} did not finish within {timeout:.0f} s and was stopped", argv, timeout, output
-        ) from None
+    args = [str(a) for a in argv]
+    cp: subprocess.CompletedProcess[str] = _completed(
+        args, timeout, input=input, stdin=subprocess.DEVNULL if input is None else None, text=True,
+        errors="replace", env=None if env is None else dict(env), cwd=cwd,
+    )
     if check and cp.returncode != 0:
-        raise ProcFailed(f"{_name(argv)} failed (rc={cp.returncode}): {cp.stderr.strip()[-2000:]}", cp)
+        raise ProcFailed(f"{_name(args)} failed (rc={cp.returncode}): {cp.stderr.strip()[-2000:]}", cp)
+    return cp
+
+
+def run_bytes(
+    argv: Sequence[str], *, timeout: float, cwd: Path | str | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """``run`` for programs whose output is data, not text (``git show``, ``git archive``): the
+    bytes as they are, stdin /dev/null, the same errors; the caller reads ``returncode``."""
+    cp: subprocess.CompletedProcess[bytes] = _completed(
+        [str(a) for a in argv], timeout, stdin=subprocess.DEVNULL, cwd=cwd
+    )
     return cp
 
 

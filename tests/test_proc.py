@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +67,22 @@ def test_wait_for_gives_up_at_the_deadline() -> None:
         assert not d.wait_exit(0.1)
     finally:
         d.stop(grace=0.2)
+
+
+def test_run_bytes_keeps_data_as_it_is() -> None:
+    # git archives are binary: a text-mode run would replace these bytes
+    cp = proc.run_bytes(["printf", "\\000\\377ab"], timeout=10)
+    assert (cp.returncode, cp.stdout) == (0, b"\x00\xffab")
+    with pytest.raises(proc.ProcNotFound):
+        proc.run_bytes(["/nonexistent/prog"], timeout=10)
+
+
+def test_no_module_runs_programs_but_proc() -> None:
+    """One subprocess-with-deadline helper: every other module goes through clusterforge.proc."""
+    root = Path(__file__).resolve().parents[1] / "clusterforge"
+    offenders = [
+        str(p.relative_to(root))
+        for p in sorted(root.rglob("*.py"))
+        if p.name != "proc.py" and re.search(r"subprocess\.(run|Popen|call|check_output|check_call)\(", p.read_text())
+    ]
+    assert offenders == []

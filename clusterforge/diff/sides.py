@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from clusterforge.errors import ClusterforgeError
+from clusterforge.proc import ProcNotFound, ProcTimeout, run_bytes
 
 #: Folders searched for specs when ``clusterforge diff`` is given none (plus the specs named by
 #: ``Pulumi.<stack>.yaml`` and every changed YAML file that looks like a spec).
@@ -55,9 +56,11 @@ class SpecSource:
 
 def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
     try:
-        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, timeout=120, check=False)
-    except FileNotFoundError:
+        proc = run_bytes(["git", "-C", str(repo), *args], timeout=120)
+    except ProcNotFound:
         raise DiffError("git is not installed; install it or compare two files with --base-spec/--head-spec") from None
+    except ProcTimeout as exc:
+        raise DiffError(f"git {' '.join(args)} in {repo}: {exc}") from None
     if check and proc.returncode != 0:
         msg = proc.stderr.decode(errors="replace").strip().splitlines()
         raise DiffError(f"git {' '.join(args)} failed in {repo}: {msg[-1] if msg else 'exit ' + str(proc.returncode)}")

@@ -241,11 +241,9 @@ class LocalCluster:
         return [str(NODES_SH), "exec", str(self.state), node, *argv]
 
     def on(self, node: str, script: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        """Run a shell script on a node, as root, with a login shell's environment."""
-        return subprocess.run(
-            self.exec_argv(node, ["/bin/bash", "-lc", script]),
-            capture_output=True, text=True, timeout=timeout, check=False,
-        )
+        """Run a shell script on a node, as root, with a login shell's environment (a deadline that
+        passes is a ``ProcTimeout``: one message, not a traceback)."""
+        return proc.run(self.exec_argv(node, ["/bin/bash", "-lc", script]), timeout=timeout)
 
     def ssh_argv(self, node: str, argv: Sequence[str] = ()) -> list[str]:
         """argv of a real SSH login to ``node`` from the bridge (as an operator would log in)."""
