@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from clusterforge import hostlist
 from clusterforge.errors import ClusterforgeError
 from clusterforge.resolve import resolve_file
@@ -123,7 +121,8 @@ def plan_layout(spec_path: Path, net: str = DEFAULT_NET) -> LocalLayout:
     spec_path = Path(spec_path)
     rc = resolve_file(spec_path)  # the spec's own errors come first, with their own messages
     cluster = rc.spec
-    data = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    # the spec as the user wrote it (only the keys they set), from the model: the YAML is read once
+    data = cluster.model_dump(mode="json", exclude_unset=True, by_alias=True)
     nw = _network(net)
     base = str(nw.network_address).rsplit(".", 1)[0]
     reserved = {str(nw.network_address), f"{base}.1", str(nw.broadcast_address)}
