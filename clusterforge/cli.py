@@ -311,7 +311,11 @@ def _local(state: Path | None) -> LocalCluster:
 
 @local_app.command("up")
 def local_up_cmd(
-    spec: Annotated[Path | None, typer.Argument(help="on-prem spec (default examples/local.yaml)")] = None,
+    spec: Annotated[
+        Path | None,
+        typer.Argument(help="spec (default examples/local.yaml); an AWS spec such as examples/local-aws.yaml "
+                       "runs on an emulated AWS"),
+    ] = None,
     state: StateOpt = None,
     net: Annotated[str, typer.Option(help="private /24 the nodes live on")] = "10.79.0.0/24",
     check: Annotated[bool, typer.Option("--check", help="create the nodes, run the playbook in check mode")] = False,
@@ -367,10 +371,40 @@ def local_status_cmd(
         gpus = f" {n['gpus']} GPUs" if n["gpus"] else ""
         out.print(f"  {name:<10} {n['address']:<14} {n['role']:<10} {'running' if n['running'] else 'STOPPED'}{gpus}",
                   markup=False)
+    for iid, i in st.get("instances", {}).items():
+        out.print(f"  instance {iid:<20} {i['address']:<14} {i['group']:<8} {i['state']:<16} "
+                  f"name {i['name'] or '-'}" + (f"  claim error: {i['claim_error']}" if i["claim_error"] else ""),
+                  markup=False)
+    for note in st.get("notes", []):
+        err.print(f"  {note}", markup=False)
     if st["sinfo"]:
         out.print(st["sinfo"].rstrip(), markup=False)
-    if not all(n["running"] for n in st["nodes"].values()):
+    if not all(n["running"] for n in st["nodes"].values()) or st.get("notes"):
         raise typer.Exit(1)
+
+
+@local_app.command("rejoin")
+def local_rejoin_cmd(state: StateOpt = None) -> None:
+    """AWS flavour: nodes of departed instances DOWN (with EC2's reason), replacements named, configured
+    (--limit) and registered with their new addresses."""
+    from clusterforge.local.aws.flavour import rejoin
+
+    res = rejoin(_local(state).aws(), say=lambda m: out.print(m, markup=False))
+    out.print(", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items()) or "nothing to do", markup=False)
+
+
+@local_app.command("replace")
+def local_replace_cmd(
+    node: Annotated[str, typer.Argument(help="compute node to replace, e.g. gpu-002")],
+    reason: Annotated[str, typer.Option(help="why (shown in sinfo -R while it is replaced)")] = "by operator",
+    state: StateOpt = None,
+) -> None:
+    """AWS flavour: terminate a node's instance in its Auto Scaling group (the group launches a new one),
+    then rejoin: the new instance takes the name, one host is configured, slurmd registers."""
+    from clusterforge.local.aws.flavour import replace
+
+    res = replace(_local(state).aws(), node, reason=reason, say=lambda m: out.print(m, markup=False))
+    out.print(", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items()), markup=False)
 
 
 @local_app.command("ssh", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

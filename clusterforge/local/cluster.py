@@ -47,6 +47,13 @@ class UpResult:
     configure: Any | None  # ConfigureResult of the playbook run, None with configure=False
 
 
+def _is_aws(spec_path: Path) -> bool:
+    from clusterforge.local.aws.flavour import is_aws_spec
+    from clusterforge.resolve import resolve_file
+
+    return is_aws_spec(resolve_file(spec_path))
+
+
 def missing_prerequisites() -> str | None:
     """Why this machine cannot run a local cluster, or None."""
     if os.geteuid() != 0:
@@ -93,8 +100,22 @@ class LocalCluster:
         d = json.loads(self.layout_file.read_text())
         return LocalLayout(
             cluster=d["cluster"], net=d["net"], nodes=[LocalNode(**n) for n in d["nodes"]],
-            spec=d["spec"], overrides=d["overrides"], source=d["source"],
+            spec=d["spec"], overrides=d["overrides"], source=d["source"], flavour=d.get("flavour", "onprem"),
         )
+
+    def save_layout(self, layout: LocalLayout) -> None:
+        tmp = self.layout_file.with_name("layout.json.tmp")
+        tmp.write_text(json.dumps(asdict(layout), indent=1))
+        os.replace(tmp, self.layout_file)
+
+    def aws(self) -> Any:
+        """The AWS flavour's operations on this cluster (an error for an on-prem local cluster)."""
+        from clusterforge.local.aws.flavour import AwsFlavour
+
+        layout = self.layout()
+        if layout.flavour != "aws":
+            raise LocalError(f"local cluster {layout.cluster} is on-prem: it has no emulated AWS")
+        return AwsFlavour(self, layout)
 
     def is_up(self) -> bool:
         return (self.state / "net.env").is_file()
@@ -140,6 +161,9 @@ class LocalCluster:
                     "run `clusterforge local down` before bringing up another spec"
                 )
             say(f"local cluster {layout.cluster} is up: re-running the playbook")
+        elif _is_aws(Path(spec_path)):
+            return self._up_aws(Path(spec_path), net, configure=configure, check=check, diff=diff, say=say,
+                                ansible_progress=ansible_progress)
         else:
             layout = plan_layout(Path(spec_path), net)
             for o in layout.overrides:
@@ -167,6 +191,47 @@ class LocalCluster:
             seconds["configure"] = time.monotonic() - t
         return UpResult(layout=layout, seconds=seconds, configure=result)
 
+    def _up_aws(
+        self, spec_path: Path, net: str, *, configure: bool, check: bool, diff: bool, say: Callable[[str], Any],
+        ansible_progress: Callable[[Any], None] | None,
+    ) -> UpResult:
+        """The AWS flavour: bridge, emulated AWS from the plan, instances that name themselves, configure."""
+        from clusterforge.local.aws import flavour as fl
+        from clusterforge.resolve import resolve_file
+
+        rc = resolve_file(spec_path).require_valid("run locally")
+        layout = fl.plan_aws_layout(rc, spec_path, net)
+        for o in layout.overrides:
+            say(f"local override: {o}")
+        seconds: dict[str, float] = {}
+        self.state.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.state, 0o700)
+        t = time.monotonic()
+        say("rootfs: Debian 12 minbase, the local AMI (cached after the first run)")
+        rootfs = self._script(ROOTFS_SH, timeout=900)
+        seconds["rootfs"] = time.monotonic() - t
+        t = time.monotonic()
+        say("apt repository: Debian packages + vendor stand-ins (cached after the first run)")
+        repo = self._script(REPO_SH, str(PACKAGES), timeout=900)
+        seconds["repo"] = time.monotonic() - t
+        self._write_state(layout)
+        self._nodes_sh("bridge", rootfs, repo, layout.net, layout.prefix, timeout=120)
+        aws = fl.AwsFlavour(self, layout)
+        t = time.monotonic()
+        aws.start_cloud(rc, say)
+        want = fl.expected_instances(rc)
+        say(f"instances: waiting for {want} to boot and claim their names (at most {fl.BOOT_TIMEOUT_S} s)")
+        aws.wait_named(want)
+        layout = aws.refresh_layout()
+        seconds["instances"] = time.monotonic() - t
+        say("instances: " + ", ".join(f"{n.name}={n.instance_id}@{n.address}" for n in layout.nodes))
+        result = None
+        if configure:
+            t = time.monotonic()
+            result = self.configure(check=check, diff=diff, progress=ansible_progress)
+            seconds["configure"] = time.monotonic() - t
+        return UpResult(layout=layout, seconds=seconds, configure=result)
+
     def _script(self, script: Path, *args: str, timeout: float) -> str:
         try:
             p = proc.run([str(script), *args], timeout=timeout)
@@ -181,7 +246,7 @@ class LocalCluster:
             f"# The effective spec of the local cluster: {layout.source} with local mode's overrides.\n"
             + yaml.safe_dump(layout.spec, sort_keys=False)
         )
-        self.layout_file.write_text(json.dumps(asdict(layout), indent=1))
+        self.save_layout(layout)
         inv = self.state / "inventory-local"
         (inv / "group_vars").mkdir(parents=True, exist_ok=True)
         # an (empty) hosts file makes the folder an inventory source whose group_vars apply
@@ -220,9 +285,18 @@ class LocalCluster:
         layout = self.layout()
         if not self.is_up():
             raise LocalError(f"local cluster {layout.cluster} is not up: run `clusterforge local up`")
+        aws_kw: dict[str, Any] = {}
+        if layout.flavour == "aws":
+            from clusterforge.local.aws.flavour import aws_env
+
+            aws = self.aws()
+            # the inventory plugin reaches the emulated AWS through AWS_URL; the stack outputs
+            # come from its state, in the program's StackOutputs shape
+            aws_kw = {"stack_outputs": aws.write_stack_outputs(), "envvars": aws_env(layout.net, aws.region)}
         with in_netns(f"{layout.prefix}-br"):
             return configure(
                 self.spec_file,
+                **aws_kw,
                 inventory_dir=self.state / "inventory" / layout.cluster,
                 extra_inventories=[self.state / "inventory-local"],
                 secrets=self.secrets(),
@@ -237,8 +311,8 @@ class LocalCluster:
     # -------------------------------------------------------------------- on the nodes
     def exec_argv(self, node: str, argv: Sequence[str]) -> list[str]:
         """argv that runs ``argv`` inside node ``node`` (its namespaces and root)."""
-        self.layout().node(node)  # a clear error for an unknown name
-        return [str(NODES_SH), "exec", str(self.state), node, *argv]
+        n = self.layout().node(node)  # a clear error for an unknown name
+        return [str(NODES_SH), "exec", str(self.state), n.node_id, *argv]
 
     def on(self, node: str, script: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """Run a shell script on a node, as root, with a login shell's environment (a deadline that
@@ -268,13 +342,25 @@ class LocalCluster:
         layout = self.layout()
         nodes = {}
         for n in layout.nodes:
-            alive = self._nodes_sh("alive", n.name, check=False).returncode == 0
+            alive = self._nodes_sh("alive", n.node_id, check=False).returncode == 0
             nodes[n.name] = {"address": n.address, "role": n.role, "group": n.group, "gpus": n.gpus, "running": alive}
         sinfo = ""
         if self.is_up() and nodes[self.submit_node()]["running"]:
             p = self.on(self.submit_node(), "timeout 20 sinfo -N -o '%N %P %T %G %E'", timeout=40)
             sinfo = p.stdout if p.returncode == 0 else f"sinfo failed: {p.stderr.strip()}"
-        return {"cluster": layout.cluster, "state": str(self.state), "up": self.is_up(), "nodes": nodes, "sinfo": sinfo}
+        st: dict[str, Any] = {
+            "cluster": layout.cluster, "state": str(self.state), "up": self.is_up(), "nodes": nodes, "sinfo": sinfo,
+        }
+        if layout.flavour == "aws":
+            from clusterforge.local.aws.hypervisor import read_instances
+
+            st["instances"] = {
+                iid: {"address": b.address, "group": b.group, "state": b.state, "name": b.name,
+                      "claim_error": b.claim_error}
+                for iid, b in read_instances(self.state).items()
+            }
+            st["notes"] = self.aws().inventory_notes()
+        return st
 
     # ------------------------------------------------------------------------------ down
     def down(self) -> list[str]:

@@ -43,6 +43,13 @@ class LocalNode:
     group: str
     role: str  # controller, compute, login
     gpus: int  # fake /dev/nvidiaN devices
+    #: AWS flavour: the emulated instance this node runs as (its node folder); None on-prem
+    instance_id: str | None = None
+
+    @property
+    def node_id(self) -> str:
+        """The node's folder and namespace name in nodes.sh: its instance id, else its name."""
+        return self.instance_id or self.name
 
 
 @dataclass
@@ -53,6 +60,8 @@ class LocalLayout:
     spec: dict[str, Any]  # the effective spec (the original with the overrides applied)
     overrides: list[str] = field(default_factory=list)
     source: str = ""  # the spec file it came from
+    #: "onprem": nodes from the spec's hosts; "aws": instances of an emulated AWS that name themselves
+    flavour: str = "onprem"
 
     @property
     def prefix(self) -> str:

@@ -6,6 +6,12 @@
 # the bridge. No systemd, no Docker; needs root, iproute2, util-linux.
 #
 #   nodes.sh up   STATE ROOTFS REPO NET PREFIX NAME=ADDR[:gpuN] ...   # NET like 10.79.0
+#   nodes.sh bridge STATE ROOTFS REPO NET PREFIX   # the bridge and the repository only (no nodes)
+#   nodes.sh boot STATE NAME=ADDR[:gpuN]      # one more node on a bridge that is up (AWS flavour:
+#                                             # an instance the emulated EC2 launched)
+#   nodes.sh kill STATE NAME                  # stop one node and delete its namespace and disk
+#   nodes.sh spawn STATE PIDFILE NETNS LOG CMD...  # a daemon that outlives the caller, in NETNS,
+#                                             # recorded (PIDFILE and STATE/pids) for kill/down
 #   nodes.sh down STATE                       # safe to run twice, or after a crash
 #   nodes.sh exec STATE NAME CMD...           # run CMD inside node NAME (its namespaces and root)
 #   nodes.sh ctl  STATE CMD...                # run CMD on the bridge side (where Ansible runs)
@@ -74,47 +80,50 @@ exec)
   ;;
 alive) p=$(node_pid1 "${3:?NAME}" 2>/dev/null) && [ -n "$p" ]; exit $? ;;
 ctl) load_net; shift 2; exec ip netns exec "$PREFIX-br" "$@" ;;
-up) ;;
+kill)
+  # one node (an instance the emulated EC2 terminated): its recorded PIDs, namespace and disk
+  name=${3:?NAME}; d="$STATE/nodes/$name"
+  [ -d "$d" ] || { echo "no node $name in $STATE" >&2; exit 3; }
+  for f in "$d"/pid "$d"/pid.*; do
+    [ -f "$f" ] || continue; pid=$(cat "$f"); kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    # forget it, so that `down` never signals a PID the kernel has handed to someone else since
+    grep -v -x "$pid" "$STATE/pids" >"$STATE/pids.new" || true; mv "$STATE/pids.new" "$STATE/pids"
+  done
+  if [ -f "$d/netns" ]; then
+    ns=$(cat "$d/netns"); ip netns del "$ns" 2>/dev/null || true
+    grep -v -x "$ns" "$STATE/netns" >"$STATE/netns.new" || true; mv "$STATE/netns.new" "$STATE/netns"
+  fi
+  for c in /sys/fs/cgroup/*/slurm_"$(cat "$d/slurm-name" 2>/dev/null || echo "$name")"; do
+    [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  done
+  rm -rf "$d"; exit 0 ;;
+spawn)
+  # setsid: its own session, so it survives the CLI that asked for it; output to a file, not a
+  # pipe that dies with the caller
+  pidfile=${3:?PIDFILE}; ns=${4:?NETNS}; logf=${5:?LOG}; shift 5
+  setsid ip netns exec "$ns" "$@" </dev/null >>"$logf" 2>&1 &
+  echo $! >"$pidfile"; echo $! >>"$STATE/pids"; exit 0 ;;
+up|bridge|boot) ;;
 *) echo "unknown command $cmd" >&2; exit 2 ;;
 esac
 
-ROOTFS=${3:?ROOTFS}; REPO=${4:?REPO}; NET=${5:?NET}; PREFIX=${6:?PREFIX}; shift 6
-[ $# -gt 0 ] || { echo "no nodes given" >&2; exit 2; }
-[ "$(id -u)" = 0 ] || { echo "needs root (network namespaces, mounts, chroot)" >&2; exit 2; }
-[ -f "$ROOTFS/.complete" ] || { echo "$ROOTFS is not a complete rootfs" >&2; exit 2; }
-if [ -f "$STATE/net.env" ]; then echo "a local cluster is already up in $STATE: run down first" >&2; exit 2; fi
-BRNS=$PREFIX-br
-if ip netns list | grep -q -E "^$PREFIX-"; then
-  echo "network namespaces $PREFIX-* exist already (another local cluster on $NET.0/24?)" >&2; exit 2
-fi
-mkdir -p "$STATE/nodes"; chmod 755 "$STATE"
-printf 'NET=%s\nPREFIX=%s\n' "$NET" "$PREFIX" >"$STATE/net.env"
-: >"$STATE/pids"; : >"$STATE/netns"; : >"$STATE/hostnames"; : >"$STATE/inventory.txt"
-trap 'rc=$?; [ $rc = 0 ] || { log "up failed (rc=$rc), tearing down"; down; }' EXIT
-
-# SSH key of the Ansible side
-[ -f "$STATE/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C "clusterforge-local" -f "$STATE/id_ed25519"
-
-# the bridge namespace: bridge, the repository server, the Ansible side
-ip netns add "$BRNS"; echo "$BRNS" >>"$STATE/netns"
-ip -n "$BRNS" link set lo up
-ip -n "$BRNS" link add br0 type bridge
-ip -n "$BRNS" addr add "$NET.1/24" dev br0
-ip -n "$BRNS" link set br0 up
-ip netns exec "$BRNS" python3 -m http.server "$PORT" --bind "$NET.1" --directory "$REPO" \
-  >"$STATE/repo-http.log" 2>&1 &
-echo $! >>"$STATE/pids"
-
-i=0
-for spec in "$@"; do
+boot_node() { # NAME=ADDR[:gpuN]: one node on the bridge (its namespaces, disk, sshd as PID 1)
+  local spec=$1 name rest addr gpus i ns d u
   name=${spec%%=*}; rest=${spec#*=}; addr=${rest%%:*}; gpus=0
   case "$rest" in *:gpu*) gpus=${rest##*:gpu} ;; esac
-  case "$addr" in "$NET".*) ;; *) echo "$addr is outside $NET.0/24" >&2; exit 2 ;; esac
-  i=$((i + 1)); ns=$PREFIX-n$i; d="$STATE/nodes/$name"
+  case "$addr" in "$NET".*) ;; *) echo "$addr is outside $NET.0/24" >&2; return 2 ;; esac
+  [ ! -e "$STATE/nodes/$name" ] || { echo "node $name exists already in $STATE" >&2; return 2; }
+  # a counter, not the node count: names of killed nodes' links and namespaces are never reused
+  i=$(( $(cat "$STATE/seq" 2>/dev/null || echo 0) + 1 )); echo "$i" >"$STATE/seq"
+  ns=$PREFIX-n$i; d="$STATE/nodes/$name"
   echo "$name" >>"$STATE/hostnames"
   # the node's disk: an overlay over the cached rootfs; what the node changes lands in upper/
   mkdir -p "$d/upper" "$d/work" "$d/root"
   u=$d/upper
+  # an image customisation (AWS flavour: the emulated endpoints), copied in before boot
+  [ -z "${NODE_IMAGE_EXTRA:-}" ] || cp -a "$NODE_IMAGE_EXTRA/." "$u/"
   install -d -m 700 "$u/root" "$u/root/.ssh"
   install -m 600 "$STATE/id_ed25519.pub" "$u/root/.ssh/authorized_keys"
   install -d -m 755 "$u/etc/apt" "$u/usr/sbin" "$u/etc/ssh"
@@ -132,7 +141,7 @@ for spec in "$@"; do
   printf "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n" >"$u/etc/hosts"
   echo "$name" >"$u/etc/hostname"
   # network: a veth from the bridge into the node's namespace
-  ip netns add "$ns"; echo "$ns" >>"$STATE/netns"
+  ip netns add "$ns"; echo "$ns" >>"$STATE/netns"; echo "$ns" >"$d/netns"
   ip -n "$ns" link set lo up
   ip link add "${PREFIX}v$i" type veth peer name eth0 netns "$ns"
   ip link set "${PREFIX}v$i" netns "$BRNS"
@@ -163,18 +172,52 @@ for spec in "$@"; do
     ' _ "$ROOTFS" "$d" "$gpus" "$name" >"$d/sshd.log" 2>&1 &
   echo $! >"$d/pid"; echo $! >>"$STATE/pids"
   echo "$name $addr $gpus" >>"$STATE/inventory.txt"
-done
+  wait_sshd "$name" "$addr"
+}
 
-# wait (bounded) for every sshd to answer
-for spec in "$@"; do
-  name=${spec%%=*}; rest=${spec#*=}; addr=${rest%%:*}
-  ok=0
+wait_sshd() { # NAME ADDR: bounded wait for the node's sshd
+  local ok=0
   for _ in $(seq 300); do
-    if ip netns exec "$BRNS" timeout 2 bash -c "exec 3<>/dev/tcp/$addr/22" 2>/dev/null; then ok=1; break; fi
+    if ip netns exec "$BRNS" timeout 2 bash -c "exec 3<>/dev/tcp/$2/22" 2>/dev/null; then ok=1; break; fi
     sleep 0.1
   done
-  [ $ok = 1 ] || { log "sshd on $name ($addr) did not come up"; cat "$STATE/nodes/$name/sshd.log" >&2; exit 1; }
-done
+  [ $ok = 1 ] || { log "sshd on $1 ($2) did not come up"; cat "$STATE/nodes/$1/sshd.log" >&2; return 1; }
+}
+
+if [ "$cmd" = boot ]; then
+  load_net; BRNS=$PREFIX-br; ROOTFS=$(cat "$STATE/rootfs")
+  boot_node "${3:?NAME=ADDR[:gpuN]}"
+  exit 0
+fi
+
+ROOTFS=${3:?ROOTFS}; REPO=${4:?REPO}; NET=${5:?NET}; PREFIX=${6:?PREFIX}; shift 6
+[ "$cmd" = bridge ] || [ $# -gt 0 ] || { echo "no nodes given" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || { echo "needs root (network namespaces, mounts, chroot)" >&2; exit 2; }
+[ -f "$ROOTFS/.complete" ] || { echo "$ROOTFS is not a complete rootfs" >&2; exit 2; }
+if [ -f "$STATE/net.env" ]; then echo "a local cluster is already up in $STATE: run down first" >&2; exit 2; fi
+BRNS=$PREFIX-br
+if ip netns list | grep -q -E "^$PREFIX-"; then
+  echo "network namespaces $PREFIX-* exist already (another local cluster on $NET.0/24?)" >&2; exit 2
+fi
+mkdir -p "$STATE/nodes"; chmod 755 "$STATE"
+printf 'NET=%s\nPREFIX=%s\n' "$NET" "$PREFIX" >"$STATE/net.env"; echo "$ROOTFS" >"$STATE/rootfs"
+: >"$STATE/pids"; : >"$STATE/netns"; : >"$STATE/hostnames"; : >"$STATE/inventory.txt"
+trap 'rc=$?; [ $rc = 0 ] || { log "up failed (rc=$rc), tearing down"; down; }' EXIT
+
+# SSH key of the Ansible side
+[ -f "$STATE/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C "clusterforge-local" -f "$STATE/id_ed25519"
+
+# the bridge namespace: bridge, the repository server, the Ansible side
+ip netns add "$BRNS"; echo "$BRNS" >>"$STATE/netns"
+ip -n "$BRNS" link set lo up
+ip -n "$BRNS" link add br0 type bridge
+ip -n "$BRNS" addr add "$NET.1/24" dev br0
+ip -n "$BRNS" link set br0 up
+ip netns exec "$BRNS" python3 -m http.server "$PORT" --bind "$NET.1" --directory "$REPO" \
+  >"$STATE/repo-http.log" 2>&1 &
+echo $! >>"$STATE/pids"
+
 for _ in $(seq 100); do
   ip netns exec "$BRNS" timeout 2 bash -c "exec 3<>/dev/tcp/$NET.1/$PORT" 2>/dev/null && break; sleep 0.1
 done
+for spec in "$@"; do boot_node "$spec"; done
