@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import pulumi
 
-from clusterforge.aws.outputs import TAG_CLUSTER, TAG_GROUP, TAG_ROLE
+from clusterforge.aws.outputs import TAG_CLUSTER, TAG_GROUP, TAG_HOSTNAME, TAG_ROLE
 
 #: Component type tokens share this prefix (``clusterforge:aws:Network`` ...).
 TOKEN_PREFIX = "clusterforge:aws"
@@ -26,6 +26,12 @@ def cluster_tags(cluster: str, extra: Mapping[str, str] | None = None) -> dict[s
     return tags
 
 
-def instance_tags(cluster: str, group: str, role: str, name: str) -> dict[str, str]:
-    """Tags of an instance (and its volumes and interfaces): the inventory filters on them."""
-    return cluster_tags(cluster, {TAG_GROUP: group, TAG_ROLE: role, "Name": name})
+def instance_tags(cluster: str, group: str, role: str, name: str, hostname: str | None = None) -> dict[str, str]:
+    """Tags of an instance (and its volumes and interfaces): the inventory filters on them.
+
+    ``hostname`` (head nodes only) is the Slurm node name, the inventory's host name; instances
+    of an Auto Scaling group get theirs from the boot-time claim instead."""
+    extra = {TAG_GROUP: group, TAG_ROLE: role, "Name": name}
+    if hostname is not None:
+        extra[TAG_HOSTNAME] = hostname
+    return cluster_tags(cluster, extra)

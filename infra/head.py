@@ -111,8 +111,8 @@ class HeadNodes(pulumi.ComponentResource):
                 user_data=args.user_data,
                 # Rebooting the controller for a user-data edit is fine; replacing it is not.
                 user_data_replace_on_change=False,
-                tags=instance_tags(args.cluster, args.group, args.role, host),
-                volume_tags=instance_tags(args.cluster, args.group, args.role, host),
+                tags=instance_tags(args.cluster, args.group, args.role, host, hostname=host),
+                volume_tags=instance_tags(args.cluster, args.group, args.role, host, hostname=host),
                 opts=child_opts(self),
             )
             self.instances[host] = inst

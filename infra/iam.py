@@ -1,4 +1,5 @@
-"""IAM: one least-privilege instance role for the controller and one for the other nodes."""
+"""IAM: one least-privilege instance role for the controller and one for the other nodes
+(which also claim their Slurm names at boot: ``names_table_arn``)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ class Iam(pulumi.ComponentResource):
         name: str,
         args: IamArgs,
         secret_parameter_arns: Sequence[pulumi.Input[str]] = (),
+        names_table_arn: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(f"{TOKEN_PREFIX}:Iam", name, None, opts)
@@ -103,7 +105,19 @@ class Iam(pulumi.ComponentResource):
                     opts=child_opts(self),
                 )
         if args.nodes:
-            _, self.node_profile = role("node", f"clusterforge {args.cluster}: compute and login nodes")
+            node_role, self.node_profile = role("node", f"clusterforge {args.cluster}: compute and login nodes")
+            if names_table_arn is not None:
+                # The boot-time name claim of Auto Scaling group instances (clusterforge/aws/nodename.py).
+                aws.iam.RolePolicy(
+                    f"{name}-node-names",
+                    role=node_role.id,
+                    policy=pulumi.Output.from_input(names_table_arn).apply(
+                        lambda arn: json.dumps(
+                            docs.node_name_claim_policy(args.region, args.cluster, arn), sort_keys=True
+                        )
+                    ),
+                    opts=child_opts(self),
+                )
 
         self.register_outputs(
             {

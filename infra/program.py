@@ -23,6 +23,7 @@ from infra.head import HeadNodes, HeadNodesArgs
 from infra.iam import Iam, IamArgs
 from infra.network import Network, NetworkArgs
 from infra.node_group import ComputeGroup, NodeGroupArgs
+from infra.registry import NodeNames
 from infra.secrets import ClusterSecrets, SecretsArgs
 from infra.security import Security, SecurityArgs
 from infra.storage import Storage, StorageArgs
@@ -71,10 +72,14 @@ class AwsCluster(pulumi.ComponentResource):
             cluster_secrets = ClusterSecrets(
                 name, SecretsArgs(cluster.name, secret_names), secrets, opts=child_opts(self)
             )
+        # One name registry per cluster, only when some Auto Scaling group needs names claimed.
+        cloud_compute = any(g.role == "compute" and g.cloud is not None for g in cluster.node_groups)
+        node_names = NodeNames(cluster.name, opts=child_opts(self)) if cloud_compute else None
         iam = Iam(
             name,
             IamArgs.from_cluster(cluster),
             secret_parameter_arns=[p.arn for p in cluster_secrets.parameters.values()] if cluster_secrets else [],
+            names_table_arn=node_names.table.arn if node_names else None,
             opts=child_opts(self),
         )
         storage = Storage(
@@ -98,10 +103,11 @@ class AwsCluster(pulumi.ComponentResource):
                 continue
             subnet_id = network.subnets[layout.subnet_for(cluster, group).name].id
             gname = f"{name}-{group.name}"
-            info: dict[str, Any] = {
+            common: dict[str, Any] = {
                 "role": group.role,
                 "instance_type": group.cloud.instance_type,
                 "count": group.cloud.count,
+                "hostlist": hostlist.compress(group.hostnames),
                 "tag_filters": out.group_tag_filters(cluster.name, group.name),
             }
             if group.role in ("controller", "login"):
@@ -118,7 +124,12 @@ class AwsCluster(pulumi.ComponentResource):
                     instance_profile_name=profile.name,
                     opts=child_opts(self),
                 )
-                info["instance_ids"] = {h: i.id for h, i in head.instances.items()}
+                groups_out[group.name] = out.output_fields(
+                    out.HeadGroupOutputs,
+                    **common,
+                    instance_ids={h: i.id for h, i in head.instances.items()},
+                    addresses=dict(head.addresses),
+                )
                 if group.role == "controller" and controller_address is None:
                     controller_address = next(iter(head.addresses.values()))
                 if group.role == "login":
@@ -138,22 +149,31 @@ class AwsCluster(pulumi.ComponentResource):
                     instance_profile_arn=iam.node_profile.arn,
                     opts=child_opts(self),
                 )
-                info["asg_name"] = compute.auto_scaling_group.name
-            groups_out[group.name] = info
+                # No addresses: the group's instances are replaced by the ASG and name themselves
+                # at boot; the inventory finds them by tags.
+                groups_out[group.name] = out.output_fields(
+                    out.ComputeGroupOutputs, **common, asg_name=compute.auto_scaling_group.name
+                )
 
-        self.outputs = {
-            out.CLUSTER_NAME: cluster.name,
-            out.REGION: spec.region,
-            out.VPC_ID: network.vpc.id,
-            out.SUBNET_IDS: {k: v.id for k, v in network.subnets.items()},
-            out.CONTROLLER_ADDRESS: controller_address,
-            out.LOGIN_ADDRESSES: login_addresses,
-            out.NODE_GROUPS: groups_out,
-            out.STORAGE: storage.mounts,
-            out.SECRET_PARAMETERS: {k: p.name for k, p in cluster_secrets.parameters.items()}
-            if cluster_secrets
-            else {},
-        }
+        # The keys are StackOutputs' fields (output_fields refuses any other set); the contract
+        # test validates the resolved values with StackOutputs.model_validate.
+        self.outputs = out.output_fields(
+            out.StackOutputs,
+            **{
+                out.CLUSTER_NAME: cluster.name,
+                out.REGION: spec.region,
+                out.VPC_ID: network.vpc.id,
+                out.SUBNET_IDS: {k: v.id for k, v in network.subnets.items()},
+                out.CONTROLLER_ADDRESS: controller_address,
+                out.LOGIN_ADDRESSES: login_addresses,
+                out.NODE_GROUPS: groups_out,
+                out.STORAGE: storage.mounts,
+                out.SECRET_PARAMETERS: {k: p.name for k, p in cluster_secrets.parameters.items()}
+                if cluster_secrets
+                else {},
+                out.NODE_NAMES_TABLE: node_names.table.name if node_names else None,
+            },
+        )
         self.register_outputs(self.outputs)
 
 

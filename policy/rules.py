@@ -66,6 +66,7 @@ TAGGABLE = frozenset(
         "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation",
         EFS,
         SSM_PARAMETER,
+        "aws:dynamodb/table:Table",
     }
 )
 

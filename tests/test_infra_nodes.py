@@ -225,10 +225,12 @@ def test_inventory_tags_on_instances_and_templates() -> None:
             "clusterforge:cluster": "p5-training",
             "clusterforge:group": "head",
             "clusterforge:role": "controller",
+            "clusterforge:hostname": "head-001",
             "Name": "head-001",
         },
-        "controller tags",
+        "controller tags (the hostname tag is the inventory's host name)",
     )
+    expect(lt, "clusterforge:hostname" not in specs["instance"], "ASG instances claim their name at boot")
 
 
 def test_user_data_prepares_the_host_for_ansible() -> None:
@@ -295,7 +297,50 @@ def test_s3_read_and_secret_read_policies() -> None:
         "only the cluster's parameter",
     )
     hybrid = run_example("hybrid")
-    assert of_type(hybrid, ROLE_POLICY) == [], "no bucket, no controller: managed policies only"
+    assert [r.name for r in of_type(hybrid, ROLE_POLICY)] == ["hybrid-node-names"], (
+        "no bucket, no controller: managed policies and the name claim only"
+    )
+
+
+def test_node_role_may_claim_names_and_nothing_more() -> None:
+    rec = run_example("p5-training")
+    claim = one(rec, ROLE_POLICY, "p5-training-node-names")
+    expect(claim, claim.inputs["role"] == "p5-training-node-id", "attached to the node role")
+    st = {s["Sid"]: s for s in _policy(claim.inputs)["Statement"]}
+    assert st["NodeNameTable"] == {
+        "Sid": "NodeNameTable",
+        "Effect": "Allow",
+        "Action": ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Scan"],
+        "Resource": "arn:aws:dynamodb:::table/p5-training-node-names",  # the table's ARN (mocked), not table/*
+    }
+    assert st["NodeNameHolders"]["Action"] == ["ec2:DescribeInstances"]
+    assert st["NodeNameHolders"]["Resource"] == "*"
+    assert st["NodeNameTags"] == {
+        "Sid": "NodeNameTags",
+        "Effect": "Allow",
+        "Action": ["ec2:CreateTags", "ec2:DeleteTags"],
+        "Resource": "arn:aws:ec2:us-east-1:*:instance/*",
+        "Condition": {
+            "StringEquals": {"aws:ResourceTag/clusterforge:cluster": "p5-training"},
+            "ForAllValues:StringEquals": {"aws:TagKeys": ["clusterforge:hostname", "clusterforge:claim-error", "Name"]},
+            "Null": {"aws:TagKeys": "false"},
+        },
+    }
+    table = one(rec, "aws:dynamodb/table:Table", "p5-training-node-names")
+    expect(
+        table,
+        {k: table.inputs.get(k) for k in ("name", "billingMode", "hashKey", "attributes", "tags")}
+        == {
+            "name": "p5-training-node-names",
+            "billingMode": "PAY_PER_REQUEST",
+            "hashKey": "name",
+            "attributes": [{"name": "name", "type": "S"}],
+            "tags": {"clusterforge:cluster": "p5-training", "Name": "p5-training-node-names"},
+        },
+        "one on-demand table keyed by the node name",
+    )
+    controller_policies = [r for r in of_type(rec, ROLE_POLICY) if r.inputs["role"] == "p5-training-controller-id"]
+    assert all("dynamodb" not in r.inputs["policy"] for r in controller_policies)
 
 
 # ------------------------------------------------------------------------------------ storage

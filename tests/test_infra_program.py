@@ -32,11 +32,13 @@ COMPONENTS = {
     "clusterforge:aws:Storage",
     "clusterforge:aws:NodeGroup",
     "clusterforge:aws:HeadNodes",
+    "clusterforge:aws:NodeNames",
 }
 
 EXPECTED_COUNTS = {
     "p5-training": {
         "aws:autoscaling/group:Group": 2,
+        "aws:dynamodb/table:Table": 1,
         "aws:ec2/eip:Eip": 1,
         "aws:ec2/instance:Instance": 2,
         "aws:ec2/internetGateway:InternetGateway": 1,
@@ -55,7 +57,8 @@ EXPECTED_COUNTS = {
         "aws:fsx/lustreFileSystem:LustreFileSystem": 1,
         "aws:iam/instanceProfile:InstanceProfile": 2,
         "aws:iam/role:Role": 2,
-        "aws:iam/rolePolicy:RolePolicy": 4,
+        # controller: topology, secrets, s3; node: s3, node-names claim
+        "aws:iam/rolePolicy:RolePolicy": 5,
         "aws:iam/rolePolicyAttachment:RolePolicyAttachment": 4,
         "aws:ssm/parameter:Parameter": 1,
         "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": 6,
@@ -65,6 +68,7 @@ EXPECTED_COUNTS = {
         "clusterforge:aws:Iam": 1,
         "clusterforge:aws:Network": 1,
         "clusterforge:aws:NodeGroup": 2,
+        "clusterforge:aws:NodeNames": 1,
         "clusterforge:aws:Secrets": 1,
         "clusterforge:aws:Security": 1,
         "clusterforge:aws:Storage": 1,
@@ -72,6 +76,7 @@ EXPECTED_COUNTS = {
     },
     "hybrid": {
         "aws:autoscaling/group:Group": 1,
+        "aws:dynamodb/table:Table": 1,
         "aws:ec2/eip:Eip": 1,
         "aws:ec2/internetGateway:InternetGateway": 1,
         "aws:ec2/launchTemplate:LaunchTemplate": 1,
@@ -86,6 +91,7 @@ EXPECTED_COUNTS = {
         "aws:ec2/vpcEndpoint:VpcEndpoint": 1,
         "aws:iam/instanceProfile:InstanceProfile": 1,
         "aws:iam/role:Role": 1,
+        "aws:iam/rolePolicy:RolePolicy": 1,  # the node-names claim
         "aws:iam/rolePolicyAttachment:RolePolicyAttachment": 2,
         "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": 2,
         # cluster self + EFA self + 5 blocks of on-prem node addresses (10.40.0.10, 10.40.1.[1-8])
@@ -94,6 +100,7 @@ EXPECTED_COUNTS = {
         "clusterforge:aws:Iam": 1,
         "clusterforge:aws:Network": 1,
         "clusterforge:aws:NodeGroup": 1,
+        "clusterforge:aws:NodeNames": 1,
         "clusterforge:aws:Security": 1,
         "clusterforge:aws:Storage": 1,
         "pulumi:providers:aws": 1,
@@ -158,10 +165,26 @@ def test_outputs_p5_training() -> None:
         "role": "compute",
         "instance_type": "p5.48xlarge",
         "count": 16,
-        "tag_filters": out.group_tag_filters("p5-training", "gpu"),
+        "hostlist": "gpu-[001-016]",
+        "tag_filters": {
+            "tag:clusterforge:cluster": ["p5-training"],
+            "tag:clusterforge:group": ["gpu"],
+            "instance-state-name": ["pending", "running"],
+        },
         "asg_name": "p5-training-gpu-asg",
     }
-    assert groups["head"]["instance_ids"] == {"head-001": "p5-training-head-head-001-id"}
+    assert "addresses" not in groups["cpu"], "an Auto Scaling group has no static addresses"
+    assert groups["head"] == {
+        "role": "controller",
+        "instance_type": "m7i.4xlarge",
+        "count": 1,
+        "hostlist": "head-001",
+        "tag_filters": out.group_tag_filters("p5-training", "head"),
+        "instance_ids": {"head-001": "p5-training-head-head-001-id"},
+        "addresses": {"head-001": "10.0.0.10"},
+    }
+    assert groups["login"]["addresses"] == {"login-001": "198.51.100.10"}
+    assert o[out.NODE_NAMES_TABLE] == "p5-training-node-names"
     assert o[out.STORAGE] == {
         "fsx": {
             "type": "fsx_lustre",
@@ -185,6 +208,28 @@ def test_outputs_hybrid_controller_is_on_prem() -> None:
     assert o[out.LOGIN_ADDRESSES] == {}
     assert sorted(o[out.NODE_GROUPS]) == ["burst"]  # on-prem groups come from the spec, not the stack
     assert o[out.STORAGE] == {} and o[out.SECRET_PARAMETERS] == {}
+    assert o[out.NODE_NAMES_TABLE] == "hybrid-node-names"
+
+
+def test_model_fields_are_the_output_keys() -> None:
+    assert tuple(out.StackOutputs.model_fields) == out.ALL_OUTPUTS
+
+
+@pytest.mark.parametrize("example", sorted(EXPECTED_COUNTS))
+def test_outputs_validate_against_the_stack_outputs_model(example: str) -> None:
+    """The contract test: what the program exports (resolved under mocks) is what readers parse."""
+    parsed = out.StackOutputs.model_validate(run_example(example).outputs)
+    assert parsed.cluster_name == example
+    compute = sorted(n for n, g in parsed.node_groups.items() if isinstance(g, out.ComputeGroupOutputs))
+    assert compute == (["cpu", "gpu"] if example == "p5-training" else ["burst"])
+
+
+def test_a_cluster_without_cloud_compute_has_no_names_table() -> None:
+    data = example_data("p5-training")
+    data["node_groups"] = [g for g in data["node_groups"] if g["name"] in ("head", "login")]
+    rec = run_spec(data)
+    assert "aws:dynamodb/table:Table" not in counts(rec)
+    assert out.StackOutputs.model_validate(rec.outputs).node_names_table is None
 
 
 def test_efa_on_a_type_without_efa_names_the_fix() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import subprocess
@@ -14,12 +15,14 @@ from clusterforge.aws import outputs as out
 from clusterforge.clusterspec import load_spec
 from clusterforge.inventory import (
     INVENTORY_VERSION,
+    Ec2Access,
     InventoryError,
     build_inventory,
     generate_inventory,
     group_name,
 )
 from clusterforge.resolve import resolve, resolve_file
+from tests.pulumi_helpers import run_example
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -85,52 +88,66 @@ def test_rewrite_is_byte_identical_and_removes_stale_groups(tmp_path: Path) -> N
     assert mine.exists(), "a file the generator did not write is left alone"
 
 
-def _stack(cluster: str) -> dict:
-    return {
-        out.CLUSTER_NAME: cluster,
-        out.REGION: "us-east-1",
-        out.VPC_ID: "vpc-1",
-        out.SUBNET_IDS: {"private-a": "subnet-1"},
-        out.CONTROLLER_ADDRESS: "10.20.16.10",
-        out.LOGIN_ADDRESSES: {"login-001": "203.0.113.7"},
-        out.NODE_GROUPS: {
-            "gpu": {"role": "compute", "instance_type": "p5.48xlarge", "count": 16, "asg_name": "gpu-asg",
-                    "tag_filters": out.group_tag_filters(cluster, "gpu")},
-            "cpu": {"role": "compute", "instance_type": "c7i.48xlarge", "count": 4,
-                    "addresses": {"cpu-001": "10.20.17.1", "cpu-002": "10.20.17.2", "cpu-003": "10.20.17.3",
-                                  "cpu-004": "10.20.17.4"},
-                    "instance_ids": {"cpu-001": "i-0123"}},
-        },
-        out.STORAGE: {"fsx": {"type": "fsx_lustre", "mount": "/fsx", "dns_name": "fs-1.fsx.us-east-1.amazonaws.com",
-                              "mount_name": "abcdef"},
-                      "home": {"type": "efs", "mount": "/home", "dns_name": "fs-2.efs.us-east-1.amazonaws.com",
-                               "mount_name": None}},
-        out.SECRET_PARAMETERS: {"slurmdbd_storage_pass": "/clusterforge/p5-training/slurmdbd_storage_pass"},
-    }
+def _stack(cluster: str = "p5-training") -> dict:
+    """The outputs the real program exports for examples/p5-training.yaml, run under mocks
+    (ids and addresses are the mocks' fakes), as `pulumi stack output --json` would print them."""
+    outputs = copy.deepcopy(run_example("p5-training").outputs)
+    outputs[out.CLUSTER_NAME] = cluster
+    return json.loads(json.dumps(outputs))
 
 
 def test_aws_inventory_from_stack_outputs(tmp_path: Path) -> None:
     outputs = tmp_path / "outputs.json"
-    outputs.write_text(json.dumps(_stack("p5-training")))
+    outputs.write_text(json.dumps(_stack()))
     generate_inventory(resolve_file(EXAMPLES / "p5-training.yaml"), stack_outputs=outputs, out_dir=tmp_path / "inv", render=False)
     hosts = _load(tmp_path / "inv" / "hosts.yml")["all"]["children"]
     groups = hosts["p5_training"]["children"]
-    assert groups["p5_training_head"]["hosts"] == {"head-001": {"ansible_host": "10.20.16.10"}}
-    assert groups["p5_training_login"]["hosts"] == {"login-001": {"ansible_host": "203.0.113.7"}}
-    assert groups["p5_training_cpu"]["hosts"]["cpu-001"] == {"ansible_host": "10.20.17.1", "instance_id": "i-0123"}
-    # an auto scaling group: no static hosts, the aws_ec2 inventory finds them by tags
-    assert groups["p5_training_gpu"] == {}
+    assert groups["p5_training_head"]["hosts"] == {
+        "head-001": {"ansible_host": "10.0.0.10", "instance_id": "p5-training-head-head-001-id"}
+    }
+    assert groups["p5_training_login"]["hosts"] == {
+        "login-001": {"ansible_host": "198.51.100.10", "instance_id": "p5-training-login-login-001-id"}
+    }
+    # auto scaling groups: no static hosts, the aws_ec2 inventory finds them by their claimed names
+    assert groups["p5_training_gpu"] == {} and groups["p5_training_cpu"] == {}
     ec2 = _load(tmp_path / "inv" / "aws_ec2.yml")
-    assert ec2["plugin"] == "amazon.aws.aws_ec2"
-    assert ec2["filters"][f"tag:{out.TAG_CLUSTER}"] == "p5-training"
-    assert ec2["groups"] == {"p5_training_gpu": f"tags.get('{out.TAG_GROUP}') == 'gpu'"}
+    assert ec2 == {
+        "plugin": "amazon.aws.aws_ec2",
+        "regions": ["us-east-1"],
+        "filters": {"tag:clusterforge:cluster": "p5-training", "instance-state-name": ["pending", "running"]},
+        "hostnames": ["tag:clusterforge:hostname"],
+        "compose": {"ansible_host": "private_ip_address", "instance_id": "instance_id"},
+        "groups": {
+            "p5_training_gpu": "tags.get('clusterforge:group') == 'gpu'",
+            "p5_training_cpu": "tags.get('clusterforge:group') == 'cpu'",
+        },
+        "strict": True,
+    }
     assert hosts["fabric_efa"]["children"] == {"p5_training_gpu": {}}
+    assert set(hosts["slurm_compute"]["children"]) == {"p5_training_gpu", "p5_training_cpu"}
     gv = _load(tmp_path / "inv" / "group_vars" / "p5_training_gpu.yml")
     assert gv["clusterforge_local_nvme_raid0"] == "/scratch"
     allv = _load(tmp_path / "inv" / "group_vars" / "all" / "clusterforge.yml")
     fsx = next(s for s in allv["clusterforge_storage"] if s["name"] == "fsx")
-    assert fsx["dns_name"] == "fs-1.fsx.us-east-1.amazonaws.com" and fsx["mount_name"] == "abcdef"
-    assert allv["clusterforge_secret_parameters"]["slurmdbd_storage_pass"].startswith("/clusterforge/")
+    assert fsx["dns_name"] == "p5-training-fsx.fsx.example.internal" and fsx["mount_name"] == "abcdefgh"
+    assert allv["clusterforge_secret_parameters"] == {
+        "slurmdbd_storage_pass": "/clusterforge/p5-training/slurmdbd_storage_pass"
+    }
+
+
+def test_emulation_endpoint_and_keys_reach_the_plugin_config() -> None:
+    inv = build_inventory(
+        resolve_file(EXAMPLES / "p5-training.yaml"),
+        stack_outputs=_stack(),
+        ec2_access=Ec2Access("http://10.99.0.1:5000", "testing", "testing-secret"),
+    )
+    assert inv.aws_ec2 is not None
+    assert (inv.aws_ec2["endpoint_url"], inv.aws_ec2["aws_access_key"], inv.aws_ec2["aws_secret_key"]) == (
+        "http://10.99.0.1:5000", "testing", "testing-secret"
+    )
+    default = build_inventory(resolve_file(EXAMPLES / "p5-training.yaml"), stack_outputs=_stack())
+    assert default.aws_ec2 is not None
+    assert not {"endpoint_url", "aws_access_key", "aws_secret_key"} & set(default.aws_ec2)
 
 
 def test_cloud_groups_need_stack_outputs() -> None:
@@ -147,10 +164,26 @@ def test_stack_of_another_cluster_is_refused() -> None:
 
 def test_missing_stack_output_names_the_key() -> None:
     cluster = load_spec(EXAMPLES / "p5-training.yaml")
-    stack = _stack("p5-training")
+    stack = _stack()
     del stack[out.CONTROLLER_ADDRESS]
-    with pytest.raises(InventoryError, match=out.CONTROLLER_ADDRESS):
+    with pytest.raises(InventoryError, match=r"controller_address = \(missing\)") as exc:
         build_inventory(resolve(cluster, base_dir=EXAMPLES), stack_outputs=stack)
+    assert "pulumi stack output --json > stack.json" in str(exc.value)
+
+
+def test_old_stack_shape_names_field_value_and_fix(tmp_path: Path) -> None:
+    """A stack file of the previous version (static addresses on an ASG group) is refused."""
+    stack = _stack()
+    stack[out.NODE_GROUPS]["cpu"]["addresses"] = {"cpu-001": "10.20.17.1"}
+    outputs = tmp_path / "old.json"
+    outputs.write_text(json.dumps(stack))
+    with pytest.raises(InventoryError) as exc:
+        generate_inventory(resolve_file(EXAMPLES / "p5-training.yaml"), stack_outputs=outputs,
+                           out_dir=tmp_path / "inv", render=False)
+    message = str(exc.value)
+    assert "node_groups.cpu.addresses = {'cpu-001': '10.20.17.1'}: Extra inputs are not permitted" in message
+    assert str(outputs) in message
+    assert message.endswith("run `pulumi stack output --json > stack.json` with this clusterforge version")
 
 
 def test_explicit_manifest_dir_must_hold_a_manifest(tmp_path: Path) -> None:
@@ -187,3 +220,10 @@ def test_ansible_reads_the_generated_inventory(tmp_path: Path) -> None:
     hv = data["_meta"]["hostvars"]["dgx-001"]
     assert hv["clusterforge_node_group"] == "dgx"
     assert hv["clusterforge_cluster_name"] == "dgx-pod"
+
+
+def test_bad_head_group_names_the_field_without_the_union_tag() -> None:
+    stack = _stack()
+    del stack[out.NODE_GROUPS]["login"]["addresses"]
+    with pytest.raises(InventoryError, match=r"\n  node_groups\.login\.addresses = \(missing\): Field required\n"):
+        build_inventory(resolve_file(EXAMPLES / "p5-training.yaml"), stack_outputs=stack)

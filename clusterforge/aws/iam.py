@@ -5,7 +5,10 @@ Two roles, because the nodes need different rights:
 * ``controller``: topology discovery (``ec2:DescribeInstances`` and ``ec2:DescribeInstanceTopology``,
   which the controller calls to render topology.conf from EC2's network nodes) and read access to
   the cluster's own secrets in SSM Parameter Store (the slurmdbd password);
-* ``node`` (compute and login): nothing beyond the managed policies.
+* ``node`` (compute and login): the boot-time name claim (``clusterforge/aws/nodename.py``):
+  read and write the cluster's node-name table only, ``ec2:DescribeInstances`` (is a name's holder
+  still alive?) and tagging instances of its own cluster with the claim's tag keys only
+  (:func:`node_name_claim_policy`).
 
 Both get SSM Session Manager (``AmazonSSMManagedInstanceCore``: shell access and Ansible over SSM
 without opening SSH), the CloudWatch agent policy, and read-only access to the spec's S3 bucket
@@ -16,11 +19,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from clusterforge.aws.outputs import TAG_CLAIM_ERROR, TAG_CLUSTER, TAG_HOSTNAME
+
 PolicyDocument = dict[str, Any]
 
 MANAGED_POLICIES = ("AmazonSSMManagedInstanceCore", "CloudWatchAgentServerPolicy")
 TOPOLOGY_ACTIONS = ("ec2:DescribeInstances", "ec2:DescribeInstanceTopology")
 S3_READ_ACTIONS = ("s3:GetObject", "s3:ListBucket", "s3:GetBucketLocation")
+#: What the claim does with the table: one Scan, conditional PutItem (claim, take-over) and
+#: DeleteItem (release), GetItem to read a claim back.
+NAME_TABLE_ACTIONS = ("dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Scan")
+#: The only tag keys a node may set or remove: the claimed name, the failure reason, and Name.
+CLAIM_TAG_KEYS = (TAG_HOSTNAME, TAG_CLAIM_ERROR, "Name")
 
 
 def partition(region: str) -> str:
@@ -81,5 +91,41 @@ def secret_read_policy(parameter_arns: list[str]) -> PolicyDocument:
                 "Action": ["ssm:GetParameter"],
                 "Resource": sorted(parameter_arns),
             }
+        ],
+    }
+
+
+def node_name_claim_policy(region: str, cluster: str, table_arn: str) -> PolicyDocument:
+    """Rights of the boot-time name claim, as narrow as IAM allows.
+
+    * the cluster's table only (its ARN, not ``table/*``);
+    * ``ec2:DescribeInstances`` on ``*``: the ``ec2:Describe*`` actions support no resource-level
+      permissions (Service Authorization Reference, "Actions, resources, and condition keys for
+      Amazon EC2": DescribeInstances lists no resource type;
+      https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2.html);
+    * ``ec2:CreateTags``/``ec2:DeleteTags`` on instances that carry this cluster's tag
+      (``aws:ResourceTag``) and only for :data:`CLAIM_TAG_KEYS` (``ForAllValues`` over
+      ``aws:TagKeys``). ``ForAllValues`` is also true when the request has no tag keys at all, and
+      ``DeleteTags`` without tags deletes every tag of the instance, so ``Null: aws:TagKeys=false``
+      requires the keys to be named (IAM User Guide, "Multivalued context keys":
+      https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-single-vs-multi-valued-context-keys.html).
+    """
+    instances = f"arn:{partition(region)}:ec2:{region}:*:instance/*"
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Sid": "NodeNameTable", "Effect": "Allow", "Action": list(NAME_TABLE_ACTIONS), "Resource": table_arn},
+            {"Sid": "NodeNameHolders", "Effect": "Allow", "Action": ["ec2:DescribeInstances"], "Resource": "*"},
+            {
+                "Sid": "NodeNameTags",
+                "Effect": "Allow",
+                "Action": ["ec2:CreateTags", "ec2:DeleteTags"],
+                "Resource": instances,
+                "Condition": {
+                    "StringEquals": {f"aws:ResourceTag/{TAG_CLUSTER}": cluster},
+                    "ForAllValues:StringEquals": {"aws:TagKeys": list(CLAIM_TAG_KEYS)},
+                    "Null": {"aws:TagKeys": "false"},
+                },
+            },
         ],
     }

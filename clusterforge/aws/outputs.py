@@ -1,13 +1,17 @@
-"""Names shared by the Pulumi program, its tests, the offline plan and the Ansible inventory.
+"""Names and the typed shape shared by the Pulumi program, its tests, the offline plan and the inventory.
 
-The stack outputs are a contract: ``infra/`` exports exactly these keys, and everything that reads
-a stack (``pulumi stack output --json``, the inventory generator, the tests) uses these constants
-instead of spelling the strings again. Change a name here and every reader follows.
+The stack outputs are a contract: ``infra/`` exports exactly the fields of :class:`StackOutputs`
+(whose names are the key constants below), and everything that reads a stack (``pulumi stack
+output --json``, the inventory generator, the tests) validates it with ``StackOutputs.model_validate``
+instead of picking keys out of a dict. Change a field here and every reader follows; a stack file
+written by another version fails validation, naming the field.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 # ------------------------------------------------------------------------------- tag keys
 #: Every tagged resource carries the cluster name; instances also carry their group and role.
@@ -15,6 +19,11 @@ from typing import Final
 TAG_CLUSTER: Final = "clusterforge:cluster"
 TAG_GROUP: Final = "clusterforge:group"
 TAG_ROLE: Final = "clusterforge:role"
+#: The Slurm node name of an instance: set by Pulumi on head nodes, by the boot-time claim
+#: (``clusterforge/aws/nodename.py``) on Auto Scaling group instances. The inventory's only hostname.
+TAG_HOSTNAME: Final = "clusterforge:hostname"
+#: Why the boot-time name claim failed (short reason), set by the claim when it cannot finish.
+TAG_CLAIM_ERROR: Final = "clusterforge:claim-error"
 #: Tags the policy pack requires on every taggable resource.
 REQUIRED_TAGS: Final = (TAG_CLUSTER,)
 #: Tags every instance (controller, login and compute) carries.
@@ -31,11 +40,13 @@ CONTROLLER_ADDRESS: Final = "controller_address"
 LOGIN_ADDRESSES: Final = "login_addresses"
 """login host name -> address (public IP when SSH is open to allowed CIDRs, else private IP)"""
 NODE_GROUPS: Final = "node_groups"
-"""group name -> {role, instance_type, count, hostnames, tag_filters, asg_name}"""
+"""group name -> :class:`ComputeGroupOutputs` or :class:`HeadGroupOutputs`"""
 STORAGE: Final = "storage"
 """storage name -> {type, mount, dns_name, mount_name} (FSx for Lustre / EFS only)"""
 SECRET_PARAMETERS: Final = "secret_parameters"
 """secret name -> SSM SecureString parameter name the controller reads at configure time"""
+NODE_NAMES_TABLE: Final = "node_names_table"
+"""DynamoDB table of the boot-time name claims (:func:`names_table`), None without cloud compute groups"""
 
 ALL_OUTPUTS: Final = (
     CLUSTER_NAME,
@@ -47,6 +58,7 @@ ALL_OUTPUTS: Final = (
     NODE_GROUPS,
     STORAGE,
     SECRET_PARAMETERS,
+    NODE_NAMES_TABLE,
 )
 
 
@@ -63,3 +75,85 @@ def group_tag_filters(cluster: str, group: str) -> dict[str, list[str]]:
 def secret_parameter_name(cluster: str, secret: str) -> str:
     """SSM parameter that holds a cluster secret (``/clusterforge/<cluster>/<secret>``)."""
     return f"/clusterforge/{cluster}/{secret}"
+
+
+def names_table(cluster: str) -> str:
+    """DynamoDB table that holds a cluster's node-name claims (one per cluster)."""
+    return f"{cluster}-node-names"
+
+
+# ------------------------------------------------------------------------ the typed outputs
+
+
+class _Outputs(BaseModel):
+    # extra="forbid": a key this version does not know means the stack came from another version
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ComputeGroupOutputs(_Outputs):
+    """A compute group: one fixed-size Auto Scaling group. No addresses: instances come and go,
+    and each finds its name at boot (``TAG_HOSTNAME``); the inventory finds them by tags."""
+
+    role: Literal["compute"]
+    instance_type: str
+    count: int = Field(ge=1)
+    hostlist: str
+    """the group's Slurm node names, compressed (``gpu-[001-016]``)"""
+    tag_filters: dict[str, list[str]]
+    asg_name: str
+
+
+class HeadGroupOutputs(_Outputs):
+    """A controller or login group: one EC2 instance per host name, addressed individually."""
+
+    role: Literal["controller", "login"]
+    instance_type: str
+    count: int = Field(ge=1)
+    hostlist: str
+    tag_filters: dict[str, list[str]]
+    instance_ids: dict[str, str]
+    """host name -> instance id"""
+    addresses: dict[str, str]
+    """host name -> address Ansible connects to (public IP for an SSH-reachable login node)"""
+
+
+NodeGroupOutputs = Annotated[ComputeGroupOutputs | HeadGroupOutputs, Field(discriminator="role")]
+
+
+class StorageMount(_Outputs):
+    type: Literal["fsx_lustre", "efs"]
+    mount: str
+    dns_name: str
+    mount_name: str | None
+    """FSx for Lustre's mount name; None for EFS"""
+
+
+class StackOutputs(_Outputs):
+    """Everything ``pulumi stack output --json`` prints for a clusterforge stack (field names are
+    the key constants above; a test checks they match ``ALL_OUTPUTS``)."""
+
+    cluster_name: str
+    region: str
+    vpc_id: str
+    subnet_ids: dict[str, str]
+    controller_address: str
+    login_addresses: dict[str, str]
+    node_groups: dict[str, NodeGroupOutputs]
+    storage: dict[str, StorageMount]
+    secret_parameters: dict[str, str]
+    node_names_table: str | None
+
+
+def output_fields(model: type[BaseModel], **values: Any) -> dict[str, Any]:
+    """``values`` as an output dict, refused unless its keys are exactly ``model``'s fields.
+
+    The program holds ``pulumi.Output`` values, so it cannot instantiate the model; this keeps it
+    on the model's field names at least (the types are checked by the contract test, which
+    validates the resolved outputs under mocks)."""
+    want = set(model.model_fields)
+    if set(values) != want:
+        raise ValueError(
+            f"{model.__name__} output keys {sorted(values)} differ from its fields {sorted(want)}: "
+            "clusterforge/aws/outputs.py and infra/program.py disagree"
+        )
+    return values

@@ -47,18 +47,43 @@ class HostSetting:
     source: str
 
 
-def _placeholder_outputs(rc: ResolvedCluster) -> dict[str, Any]:
+def _placeholder_outputs(rc: ResolvedCluster) -> out.StackOutputs:
+    """Stack outputs of the shape the program writes, every cloud-assigned value unknown."""
     c = rc.spec
-    login = {h: UNKNOWN for g in rc.with_role("login") for h in g.hosts}
-    return {
-        out.CLUSTER_NAME: c.name,
-        out.REGION: c.aws.region if c.aws is not None else None,
-        out.CONTROLLER_ADDRESS: UNKNOWN,
-        out.LOGIN_ADDRESSES: login,
-        out.NODE_GROUPS: {g.name: {"addresses": {}} for g in rc.groups},
-        out.STORAGE: {s.name: {"dns_name": UNKNOWN, "mount_name": UNKNOWN} for s in c.storage},
-        out.SECRET_PARAMETERS: {},
-    }
+    login = {h: UNKNOWN for g in rc.with_role("login") if g.spec.is_cloud for h in g.hosts}
+    groups: dict[str, out.ComputeGroupOutputs | out.HeadGroupOutputs] = {}
+    for g in rc.groups:
+        if g.spec.cloud is None:
+            continue
+        common: dict[str, Any] = {
+            "role": g.spec.role,
+            "instance_type": g.spec.cloud.instance_type,
+            "count": g.spec.cloud.count,
+            "hostlist": hostlist.compress(g.hosts),
+            "tag_filters": out.group_tag_filters(c.name, g.name),
+        }
+        if g.spec.role == "compute":
+            groups[g.name] = out.ComputeGroupOutputs(**common, asg_name=UNKNOWN)
+        else:
+            groups[g.name] = out.HeadGroupOutputs(
+                **common, instance_ids={h: UNKNOWN for h in g.hosts}, addresses={h: UNKNOWN for h in g.hosts}
+            )
+    return out.StackOutputs(
+        cluster_name=c.name,
+        region=c.aws.region if c.aws is not None else UNKNOWN,
+        vpc_id=UNKNOWN,
+        subnet_ids={},
+        controller_address=UNKNOWN,
+        login_addresses=login,
+        node_groups=groups,
+        storage={
+            s.name: out.StorageMount(type=s.type, mount=s.mount, dns_name=UNKNOWN, mount_name=UNKNOWN)
+            for s in c.storage
+            if s.type in ("fsx_lustre", "efs")
+        },
+        secret_parameters={},
+        node_names_table=out.names_table(c.name),
+    )
 
 
 def inventory_of(rc: ResolvedCluster) -> Inventory:
