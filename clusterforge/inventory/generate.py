@@ -156,6 +156,10 @@ def _group_vars(cluster: Cluster, g: NodeGroup, prof: HardwareProfile | None) ->
         "clusterforge_fabric": fabric,
         "clusterforge_local_nvme_raid0": g.cloud.local_nvme_raid0 if g.cloud is not None else None,
         "clusterforge_slurm_hostlist": hostlist.compress(g.hostnames),
+        # an Auto Scaling group's instances claim their names at boot and a replacement comes
+        # with a new address: no other host may pin it in /etc/hosts (Slurm takes it from the
+        # node's registration, docs/node-identity.md)
+        "clusterforge_dynamic_address": g.cloud is not None and g.role == "compute",
     }
 
 
