@@ -37,6 +37,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -113,19 +114,28 @@ def start_moto(
     daemon = start(argv)
     host = "127.0.0.1" if bind in ("0.0.0.0", "") else bind
     endpoint = f"http://{host}:{port}"
+    try:
+        wait_ready(endpoint, timeout=timeout, log=log, alive=daemon.alive)
+    except EmulatorError:
+        daemon.stop(2.0)
+        raise
+    return MotoServer(daemon, endpoint, log)
+
+
+def wait_ready(endpoint: str, *, timeout: float, log: Path, alive: Callable[[], bool] | None = None) -> None:
+    """Bounded wait until moto's server answers ``GET /moto-api/`` at ``endpoint``; an
+    :class:`EmulatorError` naming the log when it exits (``alive`` says so) or stays silent."""
     deadline = time.monotonic() + timeout
     while True:
-        if not daemon.alive():
-            daemon.stop(0)
-            raise EmulatorError(f"moto server exited during start (rc={daemon.returncode}); see {log}")
+        if alive is not None and not alive():
+            raise EmulatorError(f"moto server exited during start; see {log}")
         try:
             with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2) as r:
                 if r.status == 200:
-                    return MotoServer(daemon, endpoint, log)
+                    return
         except (urllib.error.URLError, OSError):
             pass
         if time.monotonic() >= deadline:
-            daemon.stop(2.0)
             raise EmulatorError(f"moto server did not answer on {endpoint} within {timeout:.0f} s; see {log}")
         time.sleep(0.2)
 
@@ -368,3 +378,45 @@ def instances(endpoint: str, cluster: str, *, region: str) -> list[EmulatedInsta
                 ))
     found.sort(key=lambda x: (x.launch_time, ipaddress.IPv4Address(x.private_ip or "0.0.0.0")))
     return found
+
+
+# --------------------------------------------------------------------------------- stack outputs
+
+
+def stack_outputs(endpoint: str, rc: ResolvedCluster, populated: Populated) -> dict[str, Any]:
+    """The stack outputs of the emulated stack, in the program's :class:`StackOutputs` shape
+    (validated by it): what ``pulumi stack output --json`` prints after a real ``up``, with the ids
+    and addresses moto assigned."""
+    from clusterforge import hostlist
+    from clusterforge.aws import outputs as out
+
+    cluster = rc.spec
+    live = {i.instance_id: i for i in instances(endpoint, cluster.name, region=populated.region)}
+    groups: dict[str, Any] = {}
+    controller = ""
+    logins: dict[str, str] = {}
+    for g in cluster.node_groups:
+        if g.cloud is None:
+            continue
+        info: dict[str, Any] = {
+            "role": g.role, "instance_type": g.cloud.instance_type, "count": g.cloud.count,
+            "hostlist": hostlist.compress(g.hostnames), "tag_filters": out.group_tag_filters(cluster.name, g.name),
+        }
+        if g.role in ("controller", "login"):
+            ids = {h: populated.head_instance_ids[h] for h in g.hostnames}
+            addrs = {h: live[i].private_ip or "" for h, i in ids.items()}
+            info.update(instance_ids=ids, addresses=addrs)
+            if g.role == "controller" and not controller:
+                controller = next(iter(addrs.values()))
+            if g.role == "login":
+                logins.update(addrs)
+        else:
+            info["asg_name"] = populated.asg_names[g.name]
+        groups[g.name] = info
+    data = {
+        out.CLUSTER_NAME: cluster.name, out.REGION: populated.region, out.VPC_ID: populated.vpc_id,
+        out.SUBNET_IDS: {sn.name: populated.subnet_id for sn in (cluster.aws.subnets if cluster.aws else [])},
+        out.CONTROLLER_ADDRESS: controller, out.LOGIN_ADDRESSES: logins, out.NODE_GROUPS: groups,
+        out.STORAGE: {}, out.SECRET_PARAMETERS: {}, out.NODE_NAMES_TABLE: populated.table,
+    }
+    return out.StackOutputs.model_validate(data).model_dump(mode="json")

@@ -22,6 +22,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -143,7 +144,7 @@ class AwsFlavour:
 
     def clients(self) -> Any:
         """boto3 clients of the emulated AWS (call inside the bridge namespace)."""
-        import boto3
+        import boto3  # type: ignore[import-untyped]  # no stubs installed
 
         kw: dict[str, Any] = {
             "endpoint_url": self.endpoint, "region_name": self.region,
@@ -170,7 +171,7 @@ class AwsFlavour:
             say("emulated AWS: populating it from the plan (Pulumi program under mocks)")
             recording = run_program(rc, preview=False)
             result = cloud.populate(self.endpoint, rc, recording, net=self.layout.net)
-        (self.state / "cloud.json").write_text(json.dumps(result.to_json(), indent=1, sort_keys=True))
+        (self.state / "cloud.json").write_text(json.dumps(asdict(result), indent=1, sort_keys=True))
         for o in result.overrides:
             say(f"local override: {o}")
         say("emulated EC2: the hypervisor boots every instance moto runs")
@@ -187,7 +188,9 @@ class AwsFlavour:
 
         return NODES_SH
 
-    def wait_named(self, want: int, *, timeout: float = BOOT_TIMEOUT_S, exclude: set[str] | None = None) -> dict[str, hv.Booted]:
+    def wait_named(
+        self, want: int, *, timeout: float = BOOT_TIMEOUT_S, exclude: set[str] | None = None
+    ) -> dict[str, hv.Booted]:
         """Bounded wait until ``want`` live instances have run their user data and claimed a name.
 
         Returns name -> instance. A failed claim or user data ends the wait at once with the
@@ -230,9 +233,9 @@ class AwsFlavour:
                 continue
             gpus = 0
             nodes.append(LocalNode(b.name, b.address, b.group, b.role, gpus, instance_id=iid))
-        types = gpus_by_type(resolve_file(self.lc.spec_file))
-        cloud = json.loads((self.state / "cloud.json").read_text())
-        gtype = cloud.get("instance_types", {})
+        rc = resolve_file(self.lc.spec_file)
+        types = gpus_by_type(rc)
+        gtype = {g.name: g.cloud.instance_type for g in rc.spec.node_groups if g.cloud}
         nodes = [
             LocalNode(n.name, n.address, n.group, n.role, types.get(gtype.get(n.group, ""), 0), n.instance_id)
             for n in nodes
@@ -248,7 +251,8 @@ class AwsFlavour:
         from clusterforge.local.cluster import in_netns
 
         with in_netns(self.bridge_ns):
-            stack = cloud.stack_outputs(self.endpoint, resolve_file(self.lc.spec_file), self.state / "cloud.json")
+            populated = cloud.Populated(**json.loads((self.state / "cloud.json").read_text()))
+            stack = cloud.stack_outputs(self.endpoint, resolve_file(self.lc.spec_file), populated)
         f = self.state / "stack.json"
         f.write_text(json.dumps(stack, indent=1, sort_keys=True))
         return f

@@ -86,7 +86,7 @@ def _wait_port(ns: str, host: str, port: int, *, timeout: float) -> None:
 
 class Hypervisor:
     def __init__(self, state: Path, endpoint: str, cluster: str, gpus: dict[str, int], region: str) -> None:
-        import boto3  # the emulation's dependency only
+        import boto3  # type: ignore[import-untyped]  # the emulation's dependency only; no stubs
 
         self.state = state
         self.endpoint = endpoint
@@ -94,7 +94,8 @@ class Hypervisor:
         self.gpus = gpus
         self.region = region
         self.ec2 = boto3.client(
-            "ec2", endpoint_url=endpoint, region_name=region, aws_access_key_id="testing", aws_secret_access_key="testing"
+            "ec2", endpoint_url=endpoint, region_name=region,
+            aws_access_key_id="testing", aws_secret_access_key="testing",  # moto's fake keys
         )
         self.booted = read_instances(state)
         self.user_data_runs: dict[str, proc.Daemon] = {}
@@ -120,14 +121,34 @@ class Hypervisor:
     def node_dir(self, iid: str) -> Path:
         return self.state / "nodes" / iid
 
+    def metadata(self, inst: dict[str, Any], user_data: str) -> Any:
+        """What the instance's metadata service serves: moto's view of it."""
+        from clusterforge.local.aws.imds import InstanceData
+
+        tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+        return InstanceData(
+            instance_id=inst["InstanceId"], instance_type=inst.get("InstanceType", ""),
+            local_ipv4=inst.get("PrivateIpAddress", ""), region=self.region,
+            availability_zone=(inst.get("Placement") or {}).get("AvailabilityZone", f"{self.region}a"),
+            tags=tags,
+            # the plan's launch templates do not enable InstanceMetadataTags, so EC2 would not
+            # serve tags either; the claim reads node.json from the user data instead
+            instance_metadata_tags=False,
+            user_data=user_data,
+        )
+
     def write_metadata(self, inst: dict[str, Any]) -> None:
         from clusterforge.local.aws import imds
 
-        tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
-        imds.write_data(
-            self.state / "imds" / f"{inst['InstanceId']}.json",
-            imds.metadata_from_instance(inst, region=self.region, tags=tags, user_data=None),
-        )
+        f = self.state / "imds" / f"{inst['InstanceId']}.json"
+        old = imds.read_data(f) if f.is_file() else None
+        new = self.metadata(inst, old.user_data if old else "")
+        if old is not None:
+            from dataclasses import replace
+
+            new = replace(new, spot_action=old.spot_action, maintenance_events=old.maintenance_events)
+        if old != new:
+            imds.write_data(f, new)
 
     def boot(self, inst: dict[str, Any]) -> None:
         from clusterforge.local.aws import imds
@@ -136,13 +157,15 @@ class Hypervisor:
         tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
         addr = inst.get("PrivateIpAddress", "")
         gpus = self.gpus.get(inst.get("InstanceType", ""), 0)
-        b = Booted(iid, addr, tags.get(out.TAG_GROUP, "?"), tags.get(out.TAG_ROLE, "?"), "booting", booted_at=time.time())
+        b = Booted(
+            iid, addr, tags.get(out.TAG_GROUP, "?"), tags.get(out.TAG_ROLE, "?"), "booting", booted_at=time.time()
+        )
         self.booted[iid] = b
         self.log(f"{iid}: booting {addr} ({inst.get('InstanceType')}, {gpus} GPUs)")
         (self.state / "imds").mkdir(exist_ok=True)
         ud = self.user_data(iid)
         meta = self.state / "imds" / f"{iid}.json"
-        imds.write_data(meta, imds.metadata_from_instance(inst, region=self.region, tags=tags, user_data=ud))
+        imds.write_data(meta, self.metadata(inst, ud))
         # what this instance's disk starts with beyond the image: the emulated endpoints (the
         # local "AMI"'s one addition) and its user data where cloud-init keeps it
         extra = self.state / "boot" / iid
@@ -240,7 +263,7 @@ class Hypervisor:
         while not stop:
             try:
                 self.reconcile()
-            except Exception as exc:  # noqa: BLE001 - the loop outlives one failed poll, and says why
+            except Exception as exc:  # the loop outlives one failed poll, and says why
                 self.log(f"poll failed: {type(exc).__name__}: {exc}")
             time.sleep(interval)
         for run in self.user_data_runs.values():
