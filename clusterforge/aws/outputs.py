@@ -15,6 +15,11 @@ from typing import Final
 TAG_CLUSTER: Final = "clusterforge:cluster"
 TAG_GROUP: Final = "clusterforge:group"
 TAG_ROLE: Final = "clusterforge:role"
+#: The Slurm node name an instance holds: set by the boot-time claim (clusterforge/aws/nodename.py,
+#: which spells both keys itself because it is shipped alone) or, on head nodes, by Pulumi.
+TAG_HOSTNAME: Final = "clusterforge:hostname"
+#: Why the boot-time claim failed (absent once a claim succeeds).
+TAG_CLAIM_ERROR: Final = "clusterforge:claim-error"
 #: Tags the policy pack requires on every taggable resource.
 REQUIRED_TAGS: Final = (TAG_CLUSTER,)
 #: Tags every instance (controller, login and compute) carries.
@@ -58,6 +63,11 @@ def group_tag_filters(cluster: str, group: str) -> dict[str, list[str]]:
         f"tag:{TAG_GROUP}": [group],
         "instance-state-name": ["pending", "running"],
     }
+
+
+def names_table(cluster: str) -> str:
+    """The DynamoDB table that registers which instance holds which node name (one per cluster)."""
+    return f"{cluster}-node-names"
 
 
 def secret_parameter_name(cluster: str, secret: str) -> str:
