@@ -12,7 +12,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from clusterforge import hostlist
 from clusterforge.aws import layout
+from clusterforge.aws.outputs import names_table
 from clusterforge.aws.userdata import user_data
 from clusterforge.clusterspec.models import Cluster, NodeGroup
 from infra.common import TOKEN_PREFIX, child_opts, instance_tags
@@ -32,7 +34,8 @@ class HeadNodesArgs:
     root_device_name: str
     public_ip: bool
     reservation_id: str | None
-    user_data: str
+    user_data: dict[str, str]
+    """host name -> that instance's user data (each carries its own fixed name)"""
 
     @classmethod
     def from_group(cls, cluster: Cluster, group: NodeGroup) -> HeadNodesArgs:
@@ -60,7 +63,19 @@ class HeadNodesArgs:
             # SSH open to some CIDRs. Otherwise SSM Session Manager is the way in.
             public_ip=group.role == "login" and subnet.public and bool(spec.login_allowed_cidrs),
             reservation_id=cloud.capacity.reservation_id,
-            user_data=user_data(cluster=cluster.name, group=group.name, role=group.role, os=cluster.os),
+            user_data={
+                host: user_data(
+                    cluster=cluster.name,
+                    group=group.name,
+                    role=group.role,
+                    os=cluster.os,
+                    region=spec.region,
+                    table=names_table(cluster.name),
+                    hostlist=hostlist.compress(group.hostnames),
+                    hostname=host,
+                )
+                for host in group.hostnames
+            },
         )
 
 
@@ -108,7 +123,7 @@ class HeadNodes(pulumi.ComponentResource):
                 )
                 if args.reservation_id
                 else None,
-                user_data=args.user_data,
+                user_data=args.user_data[host],
                 # Rebooting the controller for a user-data edit is fine; replacing it is not.
                 user_data_replace_on_change=False,
                 tags=instance_tags(args.cluster, args.group, args.role, host, hostname=host),

@@ -2,8 +2,9 @@
 
 One group is one Auto Scaling group with min = max = desired = ``count``: the number of Pulumi
 resources grows with groups, not with nodes (a 2,048-node cluster is a few dozen resources), and
-AWS replaces a failed instance by itself. Slurm node names are assigned by the inventory from the
-group's tags, not baked into instances.
+AWS replaces a failed instance by itself. Slurm node names are not baked into instances: each
+instance claims a free name of its group's hostlist at first boot (clusterforge/aws/nodename.py,
+run by the launch template's user data).
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from typing import Literal
 import pulumi
 import pulumi_aws as aws
 
+from clusterforge import hostlist
 from clusterforge.aws import layout
 from clusterforge.aws.efa import NetworkInterfaceSlot, efa_interfaces, primary_interface
+from clusterforge.aws.outputs import names_table
 from clusterforge.aws.userdata import user_data_base64
 from clusterforge.clusterspec.models import NodeGroup
 from clusterforge.resolve import ResolvedCluster
@@ -74,7 +77,15 @@ class NodeGroupArgs:
             placement_group=cloud.placement_group,
             capacity_type=cloud.capacity.type,
             reservation_id=cloud.capacity.reservation_id,
-            user_data_b64=user_data_base64(cluster=cluster.name, group=group.name, role=group.role, os=cluster.os),
+            user_data_b64=user_data_base64(
+                cluster=cluster.name,
+                group=group.name,
+                role=group.role,
+                os=cluster.os,
+                region=spec.region,
+                table=names_table(cluster.name),
+                hostlist=hostlist.compress(group.hostnames),
+            ),
         )
 
 

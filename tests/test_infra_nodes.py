@@ -238,8 +238,14 @@ def test_user_data_prepares_the_host_for_ansible() -> None:
     lt = one(rec, LT, "p5-training-gpu-lt")
     script = base64.b64decode(lt.inputs["userData"]).decode()
     expect(lt, script.startswith("#!/bin/bash") and "python3" in script, "installs Python for Ansible")
-    expect(lt, '{"cluster": "p5-training", "group": "gpu", "role": "compute"}' in script, "writes node.json")
+    node_json = (
+        '{"cluster": "p5-training", "group": "gpu", "hostlist": "gpu-[001-016]", "region": "us-east-1", '
+        '"role": "compute", "table": "p5-training-node-names"}'
+    )
+    expect(lt, node_json in script, "writes node.json")
+    expect(lt, "timeout 300 /usr/local/sbin/clusterforge-claim-name" in script, "claims the node name, bounded")
     head = one(rec, INSTANCE, "p5-training-head-head-001")
+    expect(head, '"hostname": "head-001"' in head.inputs["userData"], "head nodes carry their fixed name")
     expect(head, '"role": "controller"' in head.inputs["userData"], "instances take plain user data")
 
 

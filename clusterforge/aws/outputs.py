@@ -72,6 +72,11 @@ def group_tag_filters(cluster: str, group: str) -> dict[str, list[str]]:
     }
 
 
+def names_table(cluster: str) -> str:
+    """The DynamoDB table that registers which instance holds which node name (one per cluster)."""
+    return f"{cluster}-node-names"
+
+
 def secret_parameter_name(cluster: str, secret: str) -> str:
     """SSM parameter that holds a cluster secret (``/clusterforge/<cluster>/<secret>``)."""
     return f"/clusterforge/{cluster}/{secret}"
