@@ -82,11 +82,6 @@ def secret_parameter_name(cluster: str, secret: str) -> str:
     return f"/clusterforge/{cluster}/{secret}"
 
 
-def names_table(cluster: str) -> str:
-    """DynamoDB table that holds a cluster's node-name claims (one per cluster)."""
-    return f"{cluster}-node-names"
-
-
 # ------------------------------------------------------------------------ the typed outputs
 
 

@@ -141,8 +141,8 @@ def wait_ready(endpoint: str, *, timeout: float, log: Path, alive: Callable[[], 
 
 
 def _client(service: str, endpoint: str, region: str) -> Any:
-    import boto3  # type: ignore[import-untyped]  # no stubs installed
-    from botocore.config import Config  # type: ignore[import-untyped]
+    import boto3
+    from botocore.config import Config
 
     config = Config(connect_timeout=5, read_timeout=30, retries={"mode": "standard", "max_attempts": 3})
     return boto3.client(service, endpoint_url=endpoint, region_name=region, config=config, **FAKE_CREDENTIALS)

@@ -144,7 +144,7 @@ class AwsFlavour:
 
     def clients(self) -> Any:
         """boto3 clients of the emulated AWS (call inside the bridge namespace)."""
-        import boto3  # type: ignore[import-untyped]  # no stubs installed
+        import boto3
 
         kw: dict[str, Any] = {
             "endpoint_url": self.endpoint, "region_name": self.region,

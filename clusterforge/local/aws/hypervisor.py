@@ -86,7 +86,7 @@ def _wait_port(ns: str, host: str, port: int, *, timeout: float) -> None:
 
 class Hypervisor:
     def __init__(self, state: Path, endpoint: str, cluster: str, gpus: dict[str, int], region: str) -> None:
-        import boto3  # type: ignore[import-untyped]  # the emulation's dependency only; no stubs
+        import boto3  # the emulation's dependency only
 
         self.state = state
         self.endpoint = endpoint
