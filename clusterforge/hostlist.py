@@ -1,6 +1,8 @@
 """The one codec for Slurm hostlists and integer range lists; nothing else in clusterforge parses or builds them.
 
-Two syntaxes, one module, so that a fix to one never misses a private copy:
+Two syntaxes, one module, so that a fix to one never misses a private copy. (The one exception is
+the small expander inside ``clusterforge/aws/nodename.py``, which must run alone on a fresh
+instance; tests/test_nodename.py checks it against :func:`expand`.)
 
 * **host names** (``expand`` / ``compress``): Slurm writes node sets as hostlists so that
   ``slurm.conf`` grows with node *groups*, not nodes. The grammar is the one
