@@ -103,7 +103,9 @@ spawn)
   # setsid: its own session, so it survives the CLI that asked for it; output to a file, not a
   # pipe that dies with the caller
   pidfile=${3:?PIDFILE}; ns=${4:?NETNS}; logf=${5:?LOG}; shift 5
-  setsid ip netns exec "$ns" "$@" </dev/null >>"$logf" 2>&1 &
+  # nsenter --net, not `ip netns exec`: that one also gives the daemon a mount namespace with a
+  # fresh /sys, without the cgroup mounts that the nodes the hypervisor boots need for slurmd
+  setsid nsenter --net="/run/netns/$ns" "$@" </dev/null >>"$logf" 2>&1 &
   echo $! >"$pidfile"; echo $! >>"$STATE/pids"; exit 0 ;;
 up|bridge|boot) ;;
 *) echo "unknown command $cmd" >&2; exit 2 ;;
@@ -116,7 +118,10 @@ boot_node() { # NAME=ADDR[:gpuN]: one node on the bridge (its namespaces, disk, 
   case "$addr" in "$NET".*) ;; *) echo "$addr is outside $NET.0/24" >&2; return 2 ;; esac
   [ ! -e "$STATE/nodes/$name" ] || { echo "node $name exists already in $STATE" >&2; return 2; }
   # a counter, not the node count: names of killed nodes' links and namespaces are never reused
+  # (under a lock: the AWS flavour's hypervisor boots instances side by side)
+  exec 9>>"$STATE/seq.lock"; flock 9
   i=$(( $(cat "$STATE/seq" 2>/dev/null || echo 0) + 1 )); echo "$i" >"$STATE/seq"
+  flock -u 9; exec 9>&-
   ns=$PREFIX-n$i; d="$STATE/nodes/$name"
   echo "$name" >>"$STATE/hostnames"
   # the node's disk: an overlay over the cached rootfs; what the node changes lands in upper/

@@ -28,6 +28,7 @@ import os
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -207,6 +208,13 @@ class Hypervisor:
         )
         self.user_data_runs[iid] = proc.start([str(NODES_SH), "exec", str(self.state), iid, "/bin/bash", "-c", script])
 
+    def _boot_logged(self, inst: dict[str, Any]) -> None:
+        try:
+            self.boot(inst)
+        except Exception as exc:  # one instance that fails to boot must not stop the others
+            self.booted[inst["InstanceId"]].state = "boot-failed"
+            self.log(f"{inst['InstanceId']}: boot failed: {type(exc).__name__}: {exc}")
+
     def kill(self, iid: str, why: str) -> None:
         self.log(f"{iid}: {why}: stopping its node")
         run = self.user_data_runs.pop(iid, None)
@@ -220,6 +228,7 @@ class Hypervisor:
     def reconcile(self) -> None:
         seen = self.describe()
         by_id = {i["InstanceId"]: i for i in seen}
+        new: list[dict[str, Any]] = []
         for inst in seen:
             iid, st = inst["InstanceId"], inst["State"]["Name"]
             b = self.booted.get(iid)
@@ -228,7 +237,7 @@ class Hypervisor:
                     self.kill(iid, f"EC2 state {st}")
                 continue
             if b is None:
-                self.boot(inst)
+                new.append(inst)
                 continue
             if b.state == "gone":
                 continue
@@ -236,13 +245,18 @@ class Hypervisor:
             b.name = tags.get(out.TAG_HOSTNAME)
             b.claim_error = tags.get(out.TAG_CLAIM_ERROR)
             self.write_metadata(inst)
-        for iid, b in self.booted.items():
+        if new:
+            # instances boot side by side, as EC2 boots them (each one's sshd host keys alone
+            # take seconds on a small machine)
+            with ThreadPoolExecutor(max_workers=min(8, len(new))) as pool:
+                list(pool.map(self._boot_logged, new))
+        for iid, b in list(self.booted.items()):
             if b.state != "gone" and iid not in by_id:
                 self.kill(iid, "no longer known to EC2")
         for iid, run in list(self.user_data_runs.items()):
-            rc = run.returncode
-            if rc is None:
+            if run.alive():
                 continue
+            rc = run.popen.wait(5)  # exited: reap it
             del self.user_data_runs[iid]
             b = self.booted[iid]
             b.user_data_rc = rc
