@@ -262,6 +262,7 @@ CASES: list[tuple[str, str, Mut, Level]] = [
     ("p5-training.yaml", "ha-state-not-shared", lambda d: _g(d, "head")["cloud"].update(count=2), Level.ERROR),
     ("p5-training.yaml", "no-compute", lambda d: (
         d.update(node_groups=[g for g in d["node_groups"] if g["role"] != "compute"]), d.pop("partitions")), Level.ERROR),
+    ("hybrid.yaml", "cloud-return-to-service", lambda d: d["slurm"].update(return_to_service=1), Level.ERROR),
 ]
 
 

@@ -50,6 +50,8 @@ class NodeSet:
     weight: int | None
     fabric: str
     profile: HardwareProfile
+    # compute nodes of an Auto Scaling group: State=CLOUD, NodeAddr learnt from registration
+    cloud: bool = False
 
     @property
     def hostlist(self) -> str:
@@ -197,4 +199,5 @@ def build_nodeset(rg: ResolvedGroup, reserve_mib: int) -> NodeSet:
         weight=group.weight,
         fabric=group.fabric_type,
         profile=p,
+        cloud=group.is_cloud and group.role == "compute",
     )

@@ -107,6 +107,13 @@ GLOBAL_KEYS: dict[str, tuple[ImpactClass, str]] = {
     "SlurmdSpoolDir": (ImpactClass.RESTART_SLURMD, "slurmd keeps its state there; read at start"),
     "SlurmdPidFile": (ImpactClass.RESTART_SLURMD, "written at start"),
     "SlurmdUser": (ImpactClass.RESTART_SLURMD, "slurmd runs as it"),
+    # cloud-node settings (render.slurm.cloud_settings): not in slurm.conf(5)'s restart list, stated
+    # so that the classification is reviewed, not defaulted. power_save.c (22.05 .. 25.05) re-reads
+    # SlurmctldParameters=cloud_reg_addrs and SuspendTime in its config load on every reconfigure.
+    "SlurmctldParameters": (ImpactClass.RECONFIGURE, "slurmctld re-reads it (cloud_reg_addrs) on reconfigure"),
+    "TreeWidth": (ImpactClass.RECONFIGURE, "reconfigure makes slurmctld and every slurmd re-read the fan-out"),
+    "SuspendTime": (ImpactClass.RECONFIGURE, "power_save re-reads it on reconfigure"),
+    "PrivateData": (ImpactClass.RECONFIGURE, "slurmctld applies it per request after reconfigure"),
 }
 
 #: NodeName parameters that describe hardware: slurmctld and the node's slurmd must agree, or the

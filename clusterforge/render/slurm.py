@@ -147,14 +147,58 @@ def slurm_sections(m: ClusterModel) -> list[Section]:
                 ),
             )
         )
-    if s.extra_conf:
+    extra = dict(s.extra_conf)
+    if any(n.cloud for n in m.compute):
+        sections.append(Section("Cloud nodes (fixed-size Auto Scaling groups)", cloud_settings(m, extra)))
+    if extra:
         sections.append(
             Section(
                 "Extra settings from the spec (slurm.extra_conf)",
-                tuple(Setting(k, val) for k, val in sorted(s.extra_conf.items())),
+                tuple(Setting(k, val) for k, val in sorted(extra.items())),
             )
         )
     return sections
+
+
+def _merged(flag: str, key: str, extra: dict[str, str]) -> str:
+    """``flag`` added to the comma list the spec's extra_conf gives for ``key`` (taken out of it)."""
+    have = [x for x in extra.pop(key, "").split(",") if x]
+    return ",".join(have + ([flag] if flag not in have else []))
+
+
+def cloud_settings(m: ClusterModel, extra: dict[str, str]) -> tuple[Setting, ...]:
+    """What State=CLOUD nodes whose instances an ASG keeps running need (observed with real 22.05
+    daemons: tests/test_slurm_cloud_nodes.py)."""
+    out = [
+        Setting(
+            "SlurmctldParameters",
+            _merged("cloud_reg_addrs", "SlurmctldParameters", extra),
+            "cloud_reg_addrs: a CLOUD node's NodeAddr/NodeHostname are set from its slurmd's registration "
+            "(node_mgr.c validate_node_specs), so a replacement instance rejoins under its new address",
+        ),
+        Setting(
+            "TreeWidth",
+            "65533",
+            "slurmds cannot resolve each other's cloud names: slurmctld must message every node directly "
+            "(elastic_computing/power_save docs; 65533 is the maximum)",
+        ),
+        Setting(
+            "SuspendTime",
+            "NONE",
+            "no power saving: the ASG owns the instances. With a ResumeProgram slurmctld waits for a boot "
+            "newer than the resume request ('Still waiting for boot of node'), which an always-on instance "
+            "never gives, and downs the node at ResumeTimeout",
+        ),
+    ]
+    if not has(m.version, "cloud_nodes_shown"):
+        out.append(
+            Setting(
+                "PrivateData",
+                _merged("cloud", "PrivateData", extra),
+                "before 23.02 sinfo hides powered-down (not yet registered) CLOUD nodes without it",
+            )
+        )
+    return tuple(out)
 
 
 def _pairs(fields: list[tuple[str, str]]) -> dict[str, Any]:
@@ -198,7 +242,8 @@ def node_fields(n: NodeSet) -> list[dict[str, Any]]:
             f.append(("Features", ",".join(n.features)))
         if n.weight is not None:
             f.append(("Weight", str(n.weight)))
-        f.append(("State", "UNKNOWN"))
+        # CLOUD: no address in the config; slurmctld takes it from the registration (cloud_reg_addrs)
+        f.append(("State", "CLOUD" if n.cloud else "UNKNOWN"))
         return f
 
     if n.sockets is not None:

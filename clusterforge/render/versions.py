@@ -14,6 +14,10 @@ FEATURES: dict[str, tuple[tuple[int, int], str]] = {
     "block_sizes": ((24, 5), "BlockSizes= replaced BlockLevels= in 24.05"),
     "topology_yaml": ((25, 5), "topology.yaml (several topologies, TopologyPlugin ignored) in 25.05"),
     "gres_env_flags": ((21, 8), "gres.conf Flags=amd_gpu_env/nvidia_gpu_env (21.08)"),
+    "cloud_nodes_shown": (
+        (23, 2),
+        "powered-down CLOUD nodes shown by sinfo by default; PrivateData=cloud no longer needed (RELEASE_NOTES 23.02)",
+    ),
     "prolog_timeout": ((25, 5), "PrologTimeout/EpilogTimeout added in 25.05; older: PrologEpilogTimeout"),
 }
 

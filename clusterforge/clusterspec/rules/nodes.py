@@ -227,3 +227,19 @@ def unknown_cpu_layout(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
             )
 
 
+
+
+@rule
+def cloud_nodes_return_to_service(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
+    # A replaced instance registers under the old node name after the departure tooling set the
+    # node DOWN; with ReturnToService=2 slurmctld logs "node ... returned to service" on that
+    # registration (seen with slurmctld 22.05, tests/test_slurm_cloud_nodes.py). With 0 or 1 the
+    # DOWN node (reason set by scontrol) stays DOWN until an admin resumes it (slurm.conf(5)).
+    cloud = [g.name for g in c.groups_with_role("compute") if g.is_cloud]
+    if cloud and c.slurm.return_to_service != 2:
+        yield Finding(
+            Level.ERROR, "cloud-return-to-service", "slurm.return_to_service", c.slurm.return_to_service,
+            f"cloud compute groups ({', '.join(cloud)}) replace instances under the same node name; "
+            "a replacement only rejoins by itself with ReturnToService=2.",
+            "set slurm.return_to_service: 2 (the default).",
+        )
