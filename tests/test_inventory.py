@@ -201,7 +201,8 @@ def test_onprem_example_inventory_is_current(tmp_path: Path, monkeypatch: pytest
         assert (example / rel).read_text() == f.read_text(), (
             f"inventories/onprem-example/{rel} is stale: run `clusterforge inventory examples/onprem-dgx.yaml "
             "(from the repository root: python3 -c 'from pathlib import Path; from clusterforge.inventory import "
-            "generate_inventory as g; g(Path(\"examples/onprem-dgx.yaml\"), "
+            "generate_inventory as g; from clusterforge.resolve import resolve_file as r; "
+            "g(r(Path(\"examples/onprem-dgx.yaml\")), "
             "out_dir=Path(\"inventories/onprem-example\"), render=False)')"
         )
 

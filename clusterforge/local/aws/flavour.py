@@ -340,7 +340,8 @@ def rejoin(aws: AwsFlavour, *, say: Callable[[str], Any], timeout: float = REJOI
         raise LocalError(f"local cluster {layout.cluster} has no controller node to update")
     t = time.monotonic()
     before = {n.name: n.instance_id for n in layout.nodes}
-    for name, iid, why in departed(aws):
+    gone = departed(aws)
+    for name, iid, why in gone:
         reason = why[:200]
         p = lc.on(ctl.name, f"scontrol update nodename={name} state=down reason={_quote(reason)}", timeout=60)
         if p.returncode != 0:
@@ -353,7 +354,8 @@ def rejoin(aws: AwsFlavour, *, say: Callable[[str], Any], timeout: float = REJOI
     res.seconds["down"] = time.monotonic() - t
     want = expected_instances(resolve_file(lc.spec_file))
     say(f"waiting for {want} named instances (replacements claim the freed names; at most {timeout:.0f} s)")
-    aws.wait_named(want, timeout=timeout)
+    # the departed instances are not counted, even while the hypervisor has not stopped them yet
+    aws.wait_named(want, timeout=timeout, exclude={iid for _n, iid, _w in gone})
     layout = aws.refresh_layout()
     res.seconds["claimed"] = time.monotonic() - t
     new = [n for n in layout.nodes if before.get(n.name) != n.instance_id]
