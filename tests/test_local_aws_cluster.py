@@ -181,6 +181,42 @@ def test_a_terminated_instance_is_replaced_and_its_node_rejoins(cluster: tuple[L
     sh(lc, "head-001", f"scancel {job}")
 
 
+def test_an_instance_without_its_tags_is_reported_never_named(
+    cluster: tuple[LocalCluster, dict[str, float]],
+) -> None:
+    """An instance launched with the GPU group's user data but without its group tag: the claim
+    refuses it (exit 2) and tags why; `local status` reports it, no node gets a second holder."""
+    from clusterforge.local.cluster import in_netns
+
+    lc, _ = cluster
+    aws = lc.aws()
+    cloud = json.loads((lc.state / "cloud.json").read_text())
+    with in_netns(aws.bridge_ns):
+        ec2, _asg, _ddb = aws.clients()
+        some_gpu = lc.layout().node("gpu-001").instance_id
+        ud = ec2.describe_instance_attribute(InstanceId=some_gpu, Attribute="userData")["UserData"]["Value"]
+        import base64
+
+        bad = ec2.run_instances(
+            ImageId=cloud["image_id"], InstanceType="p5.48xlarge", MinCount=1, MaxCount=1,
+            SubnetId=cloud["subnet_id"], UserData=base64.b64decode(ud).decode(),
+            TagSpecifications=[{"ResourceType": "instance", "Tags": [
+                {"Key": "clusterforge:cluster", "Value": "local-aws"}, {"Key": "clusterforge:role", "Value": "compute"},
+            ]}],
+        )["Instances"][0]["InstanceId"]
+
+    def reported() -> list[str]:
+        return [n for n in lc.status()["notes"] if n.startswith(bad) and "claim failed" in n]
+
+    notes = wait_for("the untagged instance's failed claim in local status", reported, 240, every=3)
+    assert f"instance {bad} lacks tag clusterforge:group=gpu" in notes[0], notes
+    live = [i for i in lc.status()["instances"].values() if i["state"] != "gone" and i["name"]]
+    assert sorted(i["name"] for i in live) == ["gpu-001", "gpu-002", "gpu-003", "gpu-004", "head-001"]
+    with in_netns(aws.bridge_ns):
+        ec2.terminate_instances(InstanceIds=[bad])
+    wait_for("the hypervisor to stop it", lambda: lc.status()["instances"][bad]["state"] == "gone", 60)
+
+
 def test_status_names_every_instance(cluster: tuple[LocalCluster, dict[str, float]]) -> None:
     lc, _ = cluster
     st = lc.status()

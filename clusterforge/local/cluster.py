@@ -166,19 +166,7 @@ class LocalCluster:
                                 ansible_progress=ansible_progress)
         else:
             layout = plan_layout(Path(spec_path), net)
-            for o in layout.overrides:
-                say(f"local override: {o}")
-            self.state.mkdir(parents=True, exist_ok=True)
-            os.chmod(self.state, 0o700)
-            t = time.monotonic()
-            say("rootfs: Debian 12 minbase (cached after the first run)")
-            rootfs = self._script(ROOTFS_SH, timeout=900)
-            seconds["rootfs"] = time.monotonic() - t
-            t = time.monotonic()
-            say("apt repository: Debian packages + vendor stand-ins (cached after the first run)")
-            repo = self._script(REPO_SH, str(PACKAGES), timeout=900)
-            seconds["repo"] = time.monotonic() - t
-            self._write_state(layout)
+            rootfs, repo = self._prepare(layout, say, seconds)
             t = time.monotonic()
             say(f"nodes: starting {len(layout.nodes)} on {layout.net}.0/24 ({', '.join(layout.names)})")
             specs = [f"{n.name}={n.address}" + (f":gpu{n.gpus}" if n.gpus else "") for n in layout.nodes]
@@ -201,20 +189,8 @@ class LocalCluster:
 
         rc = resolve_file(spec_path).require_valid("run locally")
         layout = fl.plan_aws_layout(rc, spec_path, net)
-        for o in layout.overrides:
-            say(f"local override: {o}")
         seconds: dict[str, float] = {}
-        self.state.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.state, 0o700)
-        t = time.monotonic()
-        say("rootfs: Debian 12 minbase, the local AMI (cached after the first run)")
-        rootfs = self._script(ROOTFS_SH, timeout=900)
-        seconds["rootfs"] = time.monotonic() - t
-        t = time.monotonic()
-        say("apt repository: Debian packages + vendor stand-ins (cached after the first run)")
-        repo = self._script(REPO_SH, str(PACKAGES), timeout=900)
-        seconds["repo"] = time.monotonic() - t
-        self._write_state(layout)
+        rootfs, repo = self._prepare(layout, say, seconds)
         self._nodes_sh("bridge", rootfs, repo, layout.net, layout.prefix, timeout=120)
         aws = fl.AwsFlavour(self, layout)
         t = time.monotonic()
@@ -231,6 +207,24 @@ class LocalCluster:
             result = self.configure(check=check, diff=diff, progress=ansible_progress)
             seconds["configure"] = time.monotonic() - t
         return UpResult(layout=layout, seconds=seconds, configure=result)
+
+    def _prepare(self, layout: LocalLayout, say: Callable[[str], Any], seconds: dict[str, float]) -> tuple[str, str]:
+        """Print the overrides, make the state folder, the cached rootfs (the local image; the AWS
+        flavour's AMI) and apt repository, and write the state files. Returns (rootfs, repo)."""
+        for o in layout.overrides:
+            say(f"local override: {o}")
+        self.state.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.state, 0o700)
+        t = time.monotonic()
+        say("rootfs: Debian 12 minbase (cached after the first run)")
+        rootfs = self._script(ROOTFS_SH, timeout=900)
+        seconds["rootfs"] = time.monotonic() - t
+        t = time.monotonic()
+        say("apt repository: Debian packages + vendor stand-ins (cached after the first run)")
+        repo = self._script(REPO_SH, str(PACKAGES), timeout=900)
+        seconds["repo"] = time.monotonic() - t
+        self._write_state(layout)
+        return rootfs, repo
 
     def _script(self, script: Path, *args: str, timeout: float) -> str:
         try:
