@@ -51,6 +51,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
         yield lc, dict(up.seconds)
     finally:
         lc.down()
+    # nothing left: no namespace of this network, no cgroup folder a node's slurmd made
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    assert "cf82-" not in ns, ns
+    left = [c for c in Path("/sys/fs/cgroup").glob("*/slurm_*") if c.name in {f"slurm_{n}" for n in [*GPUS, "head-001"]}]
+    assert left == [], left
 
 
 def sh(lc: LocalCluster, node: str, script: str, timeout: float = 60) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -148,7 +149,8 @@ class AwsFlavour:
 
         kw: dict[str, Any] = {
             "endpoint_url": self.endpoint, "region_name": self.region,
-            "aws_access_key_id": "testing", "aws_secret_access_key": "testing",
+            "aws_access_key_id": FAKE_KEYS["AWS_ACCESS_KEY_ID"],
+            "aws_secret_access_key": FAKE_KEYS["AWS_SECRET_ACCESS_KEY"],
         }
         return boto3.client("ec2", **kw), boto3.client("autoscaling", **kw), boto3.client("dynamodb", **kw)
 
@@ -162,7 +164,7 @@ class AwsFlavour:
         say(f"emulated AWS: moto server on {self.endpoint}")
         proc.run(
             [nodes_sh, "spawn", str(self.state), str(self.state / "moto.pid"), self.bridge_ns,
-             str(self.state / "moto.log"), "python3", "-m", "moto.server", "-H", f"{self.layout.net}.1",
+             str(self.state / "moto.log"), sys.executable, "-m", "moto.server", "-H", f"{self.layout.net}.1",
              "-p", str(MOTO_PORT)],
             timeout=30, check=True,
         )
@@ -177,7 +179,7 @@ class AwsFlavour:
         say("emulated EC2: the hypervisor boots every instance moto runs")
         proc.run(
             [nodes_sh, "spawn", str(self.state), str(self.state / "hypervisor.pid"), self.bridge_ns,
-             str(self.state / "hypervisor.log"), "python3", "-m", "clusterforge.local.aws.hypervisor",
+             str(self.state / "hypervisor.log"), sys.executable, "-m", "clusterforge.local.aws.hypervisor",
              "--state", str(self.state), "--endpoint", self.endpoint, "--cluster", rc.spec.name,
              "--region", self.region, *[f"--gpus={k}={v}" for k, v in gpus_by_type(rc).items()]],
             timeout=30, check=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},

@@ -242,7 +242,13 @@ class Hypervisor:
             if b.state == "gone":
                 continue
             tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
-            b.name = tags.get(out.TAG_HOSTNAME)
+            name = tags.get(out.TAG_HOSTNAME)
+            if name and name != b.name:
+                # its slurmd names cgroup folders after the node: `nodes.sh kill`/`down` remove them
+                (self.node_dir(iid) / "slurm-name").write_text(name + "\n")
+                with (self.state / "hostnames").open("a") as fh:
+                    fh.write(name + "\n")
+            b.name = name
             b.claim_error = tags.get(out.TAG_CLAIM_ERROR)
             self.write_metadata(inst)
         if new:
