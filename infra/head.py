@@ -12,10 +12,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from clusterforge import hostlist
 from clusterforge.aws import layout
-from clusterforge.aws.outputs import names_table
-from clusterforge.aws.userdata import user_data
+from clusterforge.aws.userdata import group_user_data
 from clusterforge.clusterspec.models import Cluster, NodeGroup
 from infra.common import TOKEN_PREFIX, child_opts, instance_tags
 
@@ -63,19 +61,7 @@ class HeadNodesArgs:
             # SSH open to some CIDRs. Otherwise SSM Session Manager is the way in.
             public_ip=group.role == "login" and subnet.public and bool(spec.login_allowed_cidrs),
             reservation_id=cloud.capacity.reservation_id,
-            user_data={
-                host: user_data(
-                    cluster=cluster.name,
-                    group=group.name,
-                    role=group.role,
-                    os=cluster.os,
-                    region=spec.region,
-                    table=names_table(cluster.name),
-                    hostlist=hostlist.compress(group.hostnames),
-                    hostname=host,
-                )
-                for host in group.hostnames
-            },
+            user_data={host: group_user_data(cluster, group, hostname=host) for host in group.hostnames},
         )
 
 

@@ -15,11 +15,9 @@ from typing import Literal
 import pulumi
 import pulumi_aws as aws
 
-from clusterforge import hostlist
 from clusterforge.aws import layout
 from clusterforge.aws.efa import NetworkInterfaceSlot, efa_interfaces, primary_interface
-from clusterforge.aws.outputs import names_table
-from clusterforge.aws.userdata import user_data_base64
+from clusterforge.aws.userdata import base64_text, group_user_data
 from clusterforge.clusterspec.models import NodeGroup
 from clusterforge.resolve import ResolvedCluster
 from infra.common import TOKEN_PREFIX, child_opts, cluster_tags, instance_tags
@@ -77,15 +75,7 @@ class NodeGroupArgs:
             placement_group=cloud.placement_group,
             capacity_type=cloud.capacity.type,
             reservation_id=cloud.capacity.reservation_id,
-            user_data_b64=user_data_base64(
-                cluster=cluster.name,
-                group=group.name,
-                role=group.role,
-                os=cluster.os,
-                region=spec.region,
-                table=names_table(cluster.name),
-                hostlist=hostlist.compress(group.hostnames),
-            ),
+            user_data_b64=base64_text(group_user_data(cluster, group)),
         )
 
 

@@ -124,7 +124,7 @@ def test_botocore_gets_credentials_and_region_from_the_stand_in(imds: tuple[str,
     assert creds is not None
     frozen = creds.get_frozen_credentials()
     assert (frozen.access_key, frozen.secret_key, frozen.token) == (
-        "AKIAEMULATEDLOCAL000", "emulated-local-secret-access-key", "emulated-local-session-token"
+        "EMULATEDLOCALACCESSKEY", "emulated-local-secret-access-key", "emulated-local-session-token"
     )
     assert InstanceMetadataRegionFetcher(base_url=url, timeout=2, num_attempts=1).retrieve_region() == "us-east-1"
 
@@ -186,7 +186,7 @@ def test_moto_runs_the_plans_groups_and_replaces_a_terminated_instance(tmp_path:
             assert i.instance_type == "p5.48xlarge"
             assert i.user_data == gpu_user_data
 
-        autoscaling = cloud._client("autoscaling", server.endpoint, "us-east-1")
+        autoscaling = cloud.client("autoscaling", server.endpoint, "us-east-1")
         gone = gpu[0].instance_id
         autoscaling.terminate_instance_in_auto_scaling_group(InstanceId=gone, ShouldDecrementDesiredCapacity=False)
         after = cloud.instances(server.endpoint, "p5-training", region="us-east-1")

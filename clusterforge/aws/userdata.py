@@ -18,7 +18,9 @@ import base64
 import json
 from pathlib import Path
 
-from clusterforge.clusterspec.models import OsName
+from clusterforge import hostlist
+from clusterforge.aws.outputs import names_table
+from clusterforge.clusterspec.models import Cluster, NodeGroup, OsName
 
 #: 16 KB, raw (see the module docstring).
 USER_DATA_LIMIT = 16 * 1024
@@ -95,19 +97,16 @@ def user_data(
     return script
 
 
-def user_data_base64(
-    *,
-    cluster: str,
-    group: str,
-    role: str,
-    os: OsName,
-    region: str,
-    table: str,
-    hostlist: str,
-    hostname: str | None = None,
-) -> str:
-    """Launch templates take user data base64-encoded (instances take it plain)."""
-    script = user_data(
-        cluster=cluster, group=group, role=role, os=os, region=region, table=table, hostlist=hostlist, hostname=hostname
+def group_user_data(cluster: Cluster, group: NodeGroup, *, hostname: str | None = None) -> str:
+    """The user data of one instance of ``group``: a head node passes its fixed ``hostname``, an
+    Auto Scaling group's instances claim one of the group's names."""
+    assert cluster.aws is not None, "user data is for cloud groups"
+    return user_data(
+        cluster=cluster.name, group=group.name, role=group.role, os=cluster.os, region=cluster.aws.region,
+        table=names_table(cluster.name), hostlist=hostlist.compress(group.hostnames), hostname=hostname,
     )
+
+
+def base64_text(script: str) -> str:
+    """Launch templates take user data base64-encoded (instances take it plain)."""
     return base64.b64encode(script.encode()).decode()

@@ -67,6 +67,7 @@ INSTANCE = "aws:ec2/instance:Instance"
 TABLE = "aws:dynamodb/table:Table"
 
 MOTO_READY_S = 30.0  # moto imports every service's models at start: ~2 s here, generous bound
+#: moto accepts any keys; these can authenticate nowhere else (the one spelling of them)
 FAKE_CREDENTIALS = {"aws_access_key_id": "emulated", "aws_secret_access_key": "emulated"}
 
 
@@ -140,7 +141,7 @@ def wait_ready(endpoint: str, *, timeout: float, log: Path, alive: Callable[[], 
         time.sleep(0.2)
 
 
-def _client(service: str, endpoint: str, region: str) -> Any:
+def client(service: str, endpoint: str, region: str) -> Any:
     import boto3
     from botocore.config import Config
 
@@ -225,9 +226,9 @@ def populate(endpoint: str, rc: ResolvedCluster, recording: Recording, *, net: s
         raise EmulatorError(f"cluster {cluster.name!r} has no 'aws' section: the AWS flavour needs an AWS spec")
     region = cluster.aws.region
     nw = _net(net)
-    ec2 = _client("ec2", endpoint, region)
-    ddb = _client("dynamodb", endpoint, region)
-    autoscaling = _client("autoscaling", endpoint, region)
+    ec2 = client("ec2", endpoint, region)
+    ddb = client("dynamodb", endpoint, region)
+    autoscaling = client("autoscaling", endpoint, region)
     az = cluster.aws.subnets[0].availability_zone if cluster.aws.subnets else f"{region}a"
     overrides = [
         f"aws: one VPC and one subnet {nw} in {az} instead of vpc_cidr {cluster.aws.vpc_cidr} and "
@@ -353,7 +354,7 @@ class EmulatedInstance:
 def instances(endpoint: str, cluster: str, *, region: str) -> list[EmulatedInstance]:
     """Every instance tagged ``clusterforge:cluster=<cluster>`` in ``region`` (moto keeps one
     inventory per region), oldest launch first, then by address."""
-    ec2 = _client("ec2", endpoint, region)
+    ec2 = client("ec2", endpoint, region)
     found: list[EmulatedInstance] = []
     pages = ec2.get_paginator("describe_instances").paginate(
         Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]}]

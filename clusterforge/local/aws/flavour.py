@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 MOTO_PORT = 5000
 #: instances to named nodes: apt (python3-boto3 from the local mirror) plus the claim, per instance
 BOOT_TIMEOUT_S = 600
-FAKE_KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 
 
 def endpoint(net: str) -> str:
@@ -52,7 +51,10 @@ def endpoint(net: str) -> str:
 def aws_env(net: str, region: str) -> dict[str, str]:
     """Environment that points boto3 and the aws_ec2 plugin at the emulated AWS (and nowhere
     else: fake keys, so nothing could ever authenticate against the real one)."""
-    return {**FAKE_KEYS, "AWS_URL": endpoint(net), "AWS_DEFAULT_REGION": region, "AWS_REGION": region}
+    from clusterforge.local.aws.cloud import FAKE_CREDENTIALS as k
+
+    keys = {"AWS_ACCESS_KEY_ID": k["aws_access_key_id"], "AWS_SECRET_ACCESS_KEY": k["aws_secret_access_key"]}
+    return {**keys, "AWS_URL": endpoint(net), "AWS_DEFAULT_REGION": region, "AWS_REGION": region}
 
 
 def is_aws_spec(rc: ResolvedCluster) -> bool:
@@ -144,15 +146,10 @@ class AwsFlavour:
         return f"{self.layout.prefix}-br"
 
     def clients(self) -> Any:
-        """boto3 clients of the emulated AWS (call inside the bridge namespace)."""
-        import boto3
+        """(ec2, autoscaling, dynamodb) clients of the emulated AWS (call inside the bridge namespace)."""
+        from clusterforge.local.aws.cloud import client
 
-        kw: dict[str, Any] = {
-            "endpoint_url": self.endpoint, "region_name": self.region,
-            "aws_access_key_id": FAKE_KEYS["AWS_ACCESS_KEY_ID"],
-            "aws_secret_access_key": FAKE_KEYS["AWS_SECRET_ACCESS_KEY"],
-        }
-        return boto3.client("ec2", **kw), boto3.client("autoscaling", **kw), boto3.client("dynamodb", **kw)
+        return tuple(client(svc, self.endpoint, self.region) for svc in ("ec2", "autoscaling", "dynamodb"))
 
     # ------------------------------------------------------------------------------ up
     def start_cloud(self, rc: ResolvedCluster, say: Callable[[str], Any]) -> None:

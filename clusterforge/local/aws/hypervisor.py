@@ -87,17 +87,14 @@ def _wait_port(ns: str, host: str, port: int, *, timeout: float) -> None:
 
 class Hypervisor:
     def __init__(self, state: Path, endpoint: str, cluster: str, gpus: dict[str, int], region: str) -> None:
-        import boto3  # the emulation's dependency only
+        from clusterforge.local.aws.cloud import client
 
         self.state = state
         self.endpoint = endpoint
         self.cluster = cluster
         self.gpus = gpus
         self.region = region
-        self.ec2 = boto3.client(
-            "ec2", endpoint_url=endpoint, region_name=region,
-            aws_access_key_id="testing", aws_secret_access_key="testing",  # moto's fake keys
-        )
+        self.ec2 = client("ec2", endpoint, region)
         self.booted = read_instances(state)
         self.user_data_runs: dict[str, proc.Daemon] = {}
 

@@ -73,7 +73,7 @@ class InstanceData:
     user_data: str = ""  # plain text, as the instance received it
     role: str = "clusterforge-node"  # instance-profile role name
     # Fake but well-formed: moto accepts any key pair, botocore only checks that they are present.
-    access_key_id: str = "AKIAEMULATEDLOCAL000"
+    access_key_id: str = "EMULATEDLOCALACCESSKEY"
     secret_access_key: str = "emulated-local-secret-access-key"  # not a secret: moto's fake
     session_token: str = "emulated-local-session-token"  # not a secret: moto's fake
     spot_action: SpotAction | None = None
