@@ -12,7 +12,14 @@ network of its own, then prints wall-clock seconds:
 * usable: until ``srun -N4 hostname`` answers from the four named GPU nodes;
 * replace: ``clusterforge local replace gpu-003`` (terminate in the Auto Scaling group -> the
   replacement boots, claims gpu-003, one host configured, slurmd registered with its new address),
-  with its phases.
+  with its phases;
+* replacement to topology updated: from the terminate call until ``scontrol show topology`` has
+  gpu-003 under the leaf the (stand-in) DescribeInstanceTopology gives its new instance (the
+  controller's cloud agent passes every 5 s locally, ``cloud_agents_interval_s``; 60 s by default),
+  and from slurmd's registration;
+* interruption notice to node drained: a spot notice served by gpu-002's metadata stand-in until
+  ``scontrol show node`` has it DRAIN with the notice's reason (the node agent polls every
+  ``poll_s``), repeated on each of three nodes.
 
 The plan of the 2,048-node cluster (O(groups) resources) is ``benchmarks/plan_scale.py``.
 The rootfs and apt repository are cached by ``make setup`` / the first local cluster.
@@ -30,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from clusterforge.local import LocalCluster, missing_prerequisites  # noqa: E402
-from clusterforge.local.aws.flavour import replace  # noqa: E402
+from clusterforge.local.aws.flavour import ec2_leaves, interrupt, replace, slurm_leaves, withdraw_notice  # noqa: E402
 
 
 def usable(lc: LocalCluster, timeout: float = 120) -> float:
@@ -65,10 +72,32 @@ def main() -> int:
             total = time.monotonic() - t
             ph = {k: round(v, 1) for k, v in res.seconds.items()}
             print(f"instances to usable cluster      {total:7.1f} s  (phases: {ph}, srun ready +{wait:.1f} s)")
+            aws = lc.aws()
             t = time.monotonic()
-            rj = replace(lc.aws(), "gpu-003", reason="benchmark", say=lambda _m: None)
-            print(f"replacement to rejoined node     {time.monotonic() - t:7.1f} s  "
+            rj = replace(aws, "gpu-003", reason="benchmark", say=lambda _m: None)
+            joined = time.monotonic()
+            print(f"replacement to rejoined node     {joined - t:7.1f} s  "
                   f"(cumulative: {({k: round(v, 1) for k, v in rj.seconds.items()})})")
+            want = ec2_leaves(aws)["gpu-003"]
+            while slurm_leaves(aws).get("gpu-003") != want:
+                if time.monotonic() - joined > 180:
+                    raise RuntimeError("gpu-003 did not reach its EC2 leaf in scontrol show topology within 180 s")
+                time.sleep(0.5)
+            done = time.monotonic()
+            print(f"replacement to topology updated  {done - t:7.1f} s  (after slurmd registered: +{done - joined:.1f} s)")
+            drained = []
+            for node in ("gpu-001", "gpu-002", "gpu-004"):
+                when = interrupt(aws, node, lead_s=120)
+                t = time.monotonic()
+                reason = f"spot interruption: terminate at {when}"
+                while reason not in lc.on("head-001", f"scontrol show node {node} -o", timeout=30).stdout:
+                    if time.monotonic() - t > 60:
+                        raise RuntimeError(f"{node} was not drained within 60 s of its notice")
+                    time.sleep(0.2)
+                drained.append(time.monotonic() - t)
+                withdraw_notice(aws, node)
+            print(f"interruption notice to drained   {max(drained):7.1f} s  "
+                  f"(max of 3 nodes; each: {', '.join(f'{d:.1f}' for d in drained)} s)")
         finally:
             lc.down()
     return 0

@@ -237,6 +237,42 @@ def configure_cmd(
     raise typer.Exit(0 if res.ok else 1)
 
 
+@app.command("retire")
+def retire_cmd(
+    spec: SpecArg,
+    nodes: Annotated[str, typer.Argument(help="the nodes to retire, e.g. 'gpu-[003-004]' (the diff's drain list)")],
+    requeue: Annotated[bool, typer.Option("--requeue", help="requeue their requeueable jobs instead of waiting")] = False,
+    drain_timeout: Annotated[int, typer.Option(help="seconds to wait for their jobs to end")] = 3600,
+    stack_outputs: Annotated[Path | None, typer.Option(help="Pulumi stack outputs JSON (AWS)")] = None,
+    inventory_dir: Annotated[Path | None, typer.Option(help="default inventories/generated/<cluster>")] = None,
+    vault_password_file: Annotated[
+        Path | None, typer.Option(help="Ansible Vault password file for group_vars/all/vault.yml")
+    ] = None,
+) -> None:
+    """Scale-in step 1: drain NODES and terminate exactly their instances (playbooks/retire.yml on the
+    controller); then `pulumi up` and `clusterforge configure` with the smaller count."""
+    from clusterforge import hostlist
+    from clusterforge.configure import TextProgress, configure
+
+    try:
+        hostlist.expand(nodes)
+    except ValueError as exc:
+        err.print(f"NODES {nodes!r}: not a hostlist ({exc}); give e.g. 'gpu-[003-004]'", markup=False)
+        raise typer.Exit(2) from None
+    res = configure(
+        spec,
+        playbook="retire.yml",
+        extra_vars={"retire_nodes": nodes, "retire_requeue": requeue, "retire_drain_timeout_s": drain_timeout},
+        stack_outputs=stack_outputs,
+        inventory_dir=inventory_dir,
+        vault_password_file=vault_password_file,
+        progress=TextProgress(lambda line: out.print(line, markup=False)),
+    )
+    for f in res.failures:
+        err.print(f"failed: {f}", markup=False)
+    raise typer.Exit(0 if res.ok else 1)
+
+
 @app.command("diff")
 def diff_cmd(
     specs: Annotated[
@@ -405,6 +441,46 @@ def local_replace_cmd(
 
     res = replace(_local(state).aws(), node, reason=reason, say=lambda m: out.print(m, markup=False))
     out.print(", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items()), markup=False)
+
+
+@local_app.command("interrupt")
+def local_interrupt_cmd(
+    node: Annotated[str, typer.Argument(help="compute node whose instance gets the notice, e.g. gpu-002")],
+    lead: Annotated[float, typer.Option("--in", help="seconds from now to the notice's action time")] = 120.0,
+    action: Annotated[str, typer.Option(help="the notice's action: terminate, stop or hibernate")] = "terminate",
+    state: StateOpt = None,
+) -> None:
+    """AWS flavour: serve a spot interruption notice from the node's instance-metadata stand-in (EC2's
+    two-minute warning). The node agent drains the node and signals and requeues its jobs; the instance
+    keeps running (terminate it, or `local replace` it, as EC2 would at the notice's time)."""
+    from clusterforge.local.aws.flavour import interrupt
+
+    if action not in ("terminate", "stop", "hibernate"):
+        err.print(f"--action {action!r}: EC2 notices say terminate, stop or hibernate", markup=False)
+        raise typer.Exit(2)
+    when = interrupt(_local(state).aws(), node, action=action, lead_s=lead)
+    out.print(f"{node}: spot/instance-action {action} at {when} (served from now on)", markup=False)
+
+
+@local_app.command("retire")
+def local_retire_cmd(
+    nodes: Annotated[str, typer.Argument(help="nodes to retire, e.g. 'gpu-[003-004]'")],
+    requeue: Annotated[bool, typer.Option("--requeue", help="requeue their requeueable jobs instead of waiting")] = False,
+    drain_timeout: Annotated[int, typer.Option(help="seconds to wait for their jobs to end")] = 600,
+    state: StateOpt = None,
+) -> None:
+    """AWS flavour: `clusterforge retire` on the local cluster: drain NODES, terminate exactly their
+    instances (their groups shrink by as many), release their names."""
+    from clusterforge.configure import TextProgress
+
+    res = _local(state).configure(
+        playbook="retire.yml",
+        extra_vars={"retire_nodes": nodes, "retire_requeue": requeue, "retire_drain_timeout_s": drain_timeout},
+        progress=TextProgress(lambda line: out.print(line, markup=False)),
+    )
+    for f in res.failures:
+        err.print(f"failed: {f}", markup=False)
+    raise typer.Exit(0 if res.ok else 1)
 
 
 @local_app.command("ssh", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -14,6 +14,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 ROLES = sorted(p for p in (ROOT / "roles").iterdir() if p.is_dir())
 EXPECTED_ROLES = {
+    "cloud_agents",
     "common", "nvidia_driver", "cuda", "rocm", "efa", "infiniband", "nccl", "munge", "slurm", "dcgm",
     "monitoring", "storage",
 }

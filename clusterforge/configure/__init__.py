@@ -190,6 +190,7 @@ def configure(
     stack_outputs: Path | None = None,
     extra_inventories: Sequence[Path] = (),
     extra_vars_files: Sequence[Path] = (),
+    extra_vars: Mapping[str, Any] | None = None,
     secrets: Mapping[str, str] | None = None,
     vault_password_file: Path | None = None,
     progress: Callable[[ProgressEvent], None] | None = None,
@@ -205,7 +206,9 @@ def configure(
         raise ConfigureError("ansible-runner is not installed: pip install ansible-core ansible-runner") from None
     pb = PLAYBOOKS / playbook
     if not pb.is_file():
-        raise ConfigureError(f"no playbook {playbook!r} in {PLAYBOOKS}; choose site.yml, validate.yml or discover.yml")
+        raise ConfigureError(
+            f"no playbook {playbook!r} in {PLAYBOOKS}; choose site.yml, validate.yml, discover.yml or retire.yml"
+        )
     binary = shutil.which("ansible-playbook")
     if binary is None:
         raise ConfigureError("ansible-playbook is not on PATH: pip install ansible-core (in this environment)")
@@ -236,6 +239,11 @@ def configure(
             cmdline += ["-e", f"@{sfile}"]
         for f in extra_vars_files:
             cmdline += ["-e", f"@{Path(f).resolve()}"]
+        if extra_vars:
+            # a file, not `-e k=v`: values keep their types and hostlists their brackets
+            vfile = work / "extra-vars.yml"
+            vfile.write_text(yaml.safe_dump(dict(extra_vars)))
+            cmdline += ["-e", f"@{vfile}"]
         if vault_password_file is not None:
             cmdline += ["--vault-password-file", str(Path(vault_password_file).resolve())]
         if check:

@@ -272,6 +272,8 @@ class LocalCluster:
         tags: str | None = None,
         limit: str | None = None,
         progress: Callable[[Any], None] | None = None,
+        playbook: str = "site.yml",
+        extra_vars: dict[str, Any] | None = None,
     ) -> Any:
         """``clusterforge configure`` on the local nodes: the production playbook, from the bridge."""
         from clusterforge.configure import configure
@@ -300,6 +302,8 @@ class LocalCluster:
                 diff=diff,
                 tags=tags,
                 limit=limit,
+                playbook=playbook,
+                extra_vars=extra_vars,
             )
 
     # -------------------------------------------------------------------- on the nodes

@@ -112,6 +112,9 @@ def local_vars(net: str) -> dict[str, Any]:
         "monitoring_grafana_repo_suite": "./",
         "monitoring_grafana_repo_components": "",
         "monitoring_grafana_repo_key_url": f"{repo}/grafana/standin-key.asc",
+        # the cloud agent's pass every 5 s, not 60: a replacement reaches topology.conf while a
+        # test waits (each pass is two API calls to the emulator; AWS would throttle this rate)
+        "cloud_agents_interval_s": 5,
     }
 
 

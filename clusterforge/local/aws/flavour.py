@@ -406,3 +406,77 @@ def replace(aws: AwsFlavour, node: str, *, reason: str, say: Callable[[str], Any
         asg.terminate_instance_in_auto_scaling_group(InstanceId=n.instance_id, ShouldDecrementDesiredCapacity=False)
     say(f"{node}: instance {n.instance_id} terminated in its Auto Scaling group ({why})")
     return rejoin(aws, say=say)
+
+
+def interrupt(aws: AwsFlavour, node: str, *, action: str = "terminate", lead_s: float = 120.0) -> str:
+    """Serve a spot interruption notice to ``node``'s instance: its metadata stand-in answers
+    ``spot/instance-action`` with ``{"action": action, "time": now + lead_s}`` from now on, as EC2
+    does two minutes before it reclaims a spot instance. Returns the notice's time (ISO, UTC).
+
+    Only the notice: the instance keeps running (an operator or a test terminates it, as EC2
+    would at that time), so what the node agent did before "the instance goes" can be checked."""
+    from dataclasses import replace as dc_replace
+    from datetime import UTC, datetime, timedelta
+
+    from clusterforge.local.aws import imds
+
+    n = aws.layout.node(node)
+    if not n.instance_id:
+        raise LocalError(f"{node} is not an instance: no metadata service to serve a notice from")
+    f = aws.lc.state / "imds" / f"{n.instance_id}.json"
+    if not f.is_file():
+        raise LocalError(f"{node}'s instance {n.instance_id} has no metadata data file {f}: is it running?")
+    when = (datetime.now(UTC) + timedelta(seconds=lead_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    imds.write_data(f, dc_replace(imds.read_data(f), spot_action=imds.SpotAction(action=action, time=when)))
+    return when
+
+
+def withdraw_notice(aws: AwsFlavour, node: str) -> None:
+    """Stop serving ``node``'s spot notice (the metadata path is a 404 again)."""
+    from dataclasses import replace as dc_replace
+
+    from clusterforge.local.aws import imds
+
+    n = aws.layout.node(node)
+    f = aws.lc.state / "imds" / f"{n.instance_id}.json"
+    imds.write_data(f, dc_replace(imds.read_data(f), spot_action=None))
+
+
+def ec2_leaves(aws: AwsFlavour) -> dict[str, str]:
+    """compute node -> bottom network node, as the emulated DescribeInstanceTopology answers for
+    the cluster's running instances (names from their ``clusterforge:hostname`` tags): where EC2
+    says each node is, for comparing with what slurmctld was told."""
+    from clusterforge.local.cluster import in_netns
+
+    with in_netns(aws.bridge_ns):
+        ec2, _asg, _ddb = aws.clients()
+        names: dict[str, str] = {}
+        for page in ec2.get_paginator("describe_instances").paginate(Filters=[
+            {"Name": f"tag:{out.TAG_CLUSTER}", "Values": [aws.layout.cluster]},
+            {"Name": "instance-state-name", "Values": ["running"]},
+        ]):
+            for r in page["Reservations"]:
+                for i in r["Instances"]:
+                    tags = {t["Key"]: t["Value"] for t in i.get("Tags", [])}
+                    if tags.get(out.TAG_ROLE) == "compute" and out.TAG_HOSTNAME in tags:
+                        names[i["InstanceId"]] = tags[out.TAG_HOSTNAME]
+        if not names:
+            return {}
+        topo = ec2.describe_instance_topology(InstanceIds=sorted(names))["Instances"]
+    return {names[t["InstanceId"]]: t["NetworkNodes"][-1] for t in topo if t.get("NetworkNodes")}
+
+
+def slurm_leaves(aws: AwsFlavour) -> dict[str, str]:
+    """node -> leaf switch in slurmctld's own view (``scontrol show topology`` on the controller)."""
+    from clusterforge import hostlist
+
+    ctl = aws.layout.first("controller")
+    if ctl is None:
+        raise LocalError(f"local cluster {aws.layout.cluster} has no controller node")
+    p = aws.lc.on(ctl.name, "timeout 20 scontrol show topology", timeout=40)
+    leaves: dict[str, str] = {}
+    for line in p.stdout.splitlines():
+        f = dict(x.split("=", 1) for x in line.split() if "=" in x)
+        if f.get("Level") == "0" and f.get("Nodes"):
+            leaves.update({n: f["SwitchName"] for n in hostlist.expand(f["Nodes"])})
+    return leaves
