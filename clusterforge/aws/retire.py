@@ -29,13 +29,14 @@ Observed with moto 5.2.1 in server mode (tests/test_retire.py keeps these true):
 
 * Lowering DesiredCapacity (and MinSize) of a group whose instances are all protected terminates
   none: the group stays above its desired capacity, as AWS documents. With unprotected instances
-  moto terminates the first ones listed (not ones we chose).
+  it terminates instances of its own choosing at once.
 * TerminateInstanceInAutoScalingGroup on a protected instance terminates it; with
   ShouldDecrementDesiredCapacity=False and the group above desired, no replacement is launched.
 * A decrement below MinSize is accepted (desired 4 -> 3 with MinSize 4): moto does not enforce what
   AWS rejects, so the tests check MinSize was lowered first rather than relying on an error.
-* TerminateInstanceInAutoScalingGroup on an instance that is no longer a member answers HTTP 500;
-  DescribeAutoScalingInstances lists a terminated instance no more (hence the membership check).
+* TerminateInstanceInAutoScalingGroup on an instance that is no longer a member answers HTTP 500
+  (an HTML page: botocore raises ResponseParserError); DescribeAutoScalingInstances lists a
+  terminated instance no more (hence the membership check before any termination).
 """
 
 from __future__ import annotations
