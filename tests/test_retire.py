@@ -264,7 +264,7 @@ def test_default_runner_bounds_and_reports() -> None:
 
 
 def test_moto_facts_the_module_docstring_states(moto: str) -> None:
-    from botocore.exceptions import ResponseParserError
+    from botocore.parsers import ResponseParserError
 
     c = _cluster(moto, "rf")
     asg, name = c["autoscaling"], c["asg"]

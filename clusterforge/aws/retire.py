@@ -35,7 +35,7 @@ Observed with moto 5.2.1 in server mode (tests/test_retire.py keeps these true):
 * A decrement below MinSize is accepted (desired 4 -> 3 with MinSize 4): moto does not enforce what
   AWS rejects, so the tests check MinSize was lowered first rather than relying on an error.
 * TerminateInstanceInAutoScalingGroup on an instance that is no longer a member answers HTTP 500
-  (an HTML page: botocore raises ResponseParserError); DescribeAutoScalingInstances lists a
+  (an HTML page: botocore.parsers.ResponseParserError); DescribeAutoScalingInstances lists a
   terminated instance no more (hence the membership check before any termination).
 """
 
