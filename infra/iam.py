@@ -1,5 +1,6 @@
 """IAM: one least-privilege instance role for the controller and one for the other nodes
-(which also claim their Slurm names at boot: ``names_table_arn``)."""
+(which also claim their Slurm names at boot: ``names_table_arn``; the controller retires them at
+scale-in)."""
 
 from __future__ import annotations
 
@@ -95,6 +96,16 @@ class Iam(pulumi.ComponentResource):
                 policy=json.dumps(docs.topology_discovery_policy(), sort_keys=True),
                 opts=child_opts(self),
             )
+            if names_table_arn is not None:
+                # Scale-in: terminate exactly the drained nodes' instances (clusterforge/aws/retire.py).
+                aws.iam.RolePolicy(
+                    f"{name}-controller-scale-in",
+                    role=controller_role.id,
+                    policy=pulumi.Output.from_input(names_table_arn).apply(
+                        lambda arn: json.dumps(docs.scale_in_policy(args.region, args.cluster, arn), sort_keys=True)
+                    ),
+                    opts=child_opts(self),
+                )
             if secret_parameter_arns:
                 aws.iam.RolePolicy(
                     f"{name}-controller-secrets",

@@ -212,6 +212,16 @@ class ComputeGroup(pulumi.ComponentResource):
             launch_template=launch_template,
             mixed_instances_policy=mixed,
             health_check_type="EC2",
+            # Scale-in protection on every instance the group launches: a lowered desired capacity
+            # (`pulumi up` with a smaller count before `retire.py`) then terminates nothing, because
+            # "If all instances in an Auto Scaling group are protected from scale in, and a scale-in
+            # event occurs, its desired capacity is decremented. However, the Auto Scaling group can't
+            # terminate the required number of instances until their instance scale-in protection
+            # settings are disabled" (EC2 Auto Scaling User Guide, "Use instance scale-in protection":
+            # https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-instance-protection.html).
+            # Only clusterforge/aws/retire.py picks which instances go: the drained ones. Health-check
+            # replacement and spot interruptions are not blocked by it (same page).
+            protect_from_scale_in=True,
             # Do not block `pulumi up` until every GPU node is InService: a capacity block may
             # start hours later and large groups fill gradually; the Ansible stage waits instead.
             wait_for_capacity_timeout="0",

@@ -601,3 +601,54 @@ def test_facts_option_resolves_both_sides(tmp_path: Path, monkeypatch: pytest.Mo
     out = capsys.readouterr()
     assert json.loads(out.out)["specs"][0]["error"].startswith("head does not load: ")
     assert "none of slurmd-C.txt" in out.err and "Traceback" not in out.err
+
+
+# ----------------------------------------------------------------------------- cloud scale-in
+
+
+def test_scale_in_retires_the_drained_nodes_before_pulumi_up(report: DiffReport) -> None:
+    s = _spec(report, "examples/p5-training.yaml")
+    nodes = next(i for i in s.impacts if i.subject == "NodeName (node set)")
+    assert nodes.drain_nodes == "gpu-[009-016]"  # gpu count 16 -> 8: the highest names go
+    steps = s.operations.steps
+    assert steps[0] == (
+        "on the controller: python3 /usr/local/lib/clusterforge-agents/retire.py --config "
+        "/etc/clusterforge/cloud-agent.json --nodes gpu-[009-016] (drains them, waits for their jobs, terminates "
+        "exactly their instances without replacement, releases their names)"
+    )
+    assert steps[1] == "pulumi up (lowers the groups' sizes; gpu-[009-016] are already gone)"
+    install = steps.index("install the new configs (ansible-playbook playbooks/site.yml)")
+    assert install > 1, "configure after the retire and pulumi up"
+    # the retired nodes get no other Slurm step: retire drained them and their instances are gone
+    slurm_steps = [st for st in steps[2:] if st.startswith(("scontrol", "stop slurmd", "start slurmd"))]
+    assert slurm_steps and not any("gpu-[0" in st and "016" in st for st in slurm_steps)
+    assert "stop slurmd on cpu-[001-004],gpu-[001-008] " in " ".join(steps)
+
+
+def test_retired_nodes_are_the_highest_names_of_the_shrunk_cloud_groups() -> None:
+    from clusterforge.diff import scale
+    from clusterforge.resolve import resolve
+    from tests.pulumi_helpers import EXAMPLES, example_data, spec
+
+    def rc(gpu: int, cpu: int) -> Any:
+        data = example_data("p5-training")
+        for g in data["node_groups"]:
+            if g["name"] in ("gpu", "cpu"):
+                g["cloud"]["count"] = {"gpu": gpu, "cpu": cpu}[g["name"]]
+        return resolve(spec(data), base_dir=EXAMPLES)
+
+    assert scale.retired_nodes(rc(16, 4), rc(14, 4)) == "gpu-[015-016]"
+    assert scale.retired_nodes(rc(16, 4), rc(13, 3)) == "cpu-004,gpu-[014-016]"
+    assert scale.retired_nodes(rc(16, 4), rc(18, 4)) == ""
+    assert scale.added_nodes(rc(16, 4), rc(18, 4)) == "gpu-[017-018]"
+    assert scale.first_steps(rc(16, 4), rc(18, 4)) == [
+        "pulumi up (launches gpu-[017-018], which claim their names at boot)"
+    ]
+    assert scale.first_steps(rc(16, 4), rc(16, 4)) == []
+    assert scale.retired_nodes(None, rc(2, 1)) == ""
+
+
+def test_onprem_nodes_are_never_retired(tmp_path: Path) -> None:
+    s = _diff(tmp_path, _set_hosts)
+    assert not any("retire.py" in st or st.startswith("pulumi up") for st in s.operations.steps)
+    assert s.operations.steps[0].startswith("scontrol update NodeName=cpu-[003-004] State=DRAIN")

@@ -346,7 +346,53 @@ def test_node_role_may_claim_names_and_nothing_more() -> None:
         "one on-demand table keyed by the node name",
     )
     controller_policies = [r for r in of_type(rec, ROLE_POLICY) if r.inputs["role"] == "p5-training-controller-id"]
-    assert all("dynamodb" not in r.inputs["policy"] for r in controller_policies)
+    # the controller touches the table only to retire names (scale-in), never to claim them
+    assert [r.name for r in controller_policies if "dynamodb" in r.inputs["policy"]] == [
+        "p5-training-controller-scale-in"
+    ]
+
+
+@pytest.mark.parametrize("example,group", [("p5-training", "gpu"), ("p5-training", "cpu"), ("hybrid", "burst")])
+def test_compute_instances_are_protected_from_scale_in(example: str, group: str) -> None:
+    asg = one(run_example(example), ASG, f"{example}-{group}-asg")
+    expect(asg, asg.inputs.get("protectFromScaleIn") is True, "a lowered count must not pick instances itself")
+
+
+def test_controller_may_retire_the_clusters_nodes_only() -> None:
+    rec = run_example("p5-training")
+    pol = one(rec, ROLE_POLICY, "p5-training-controller-scale-in")
+    expect(pol, pol.inputs["role"] == "p5-training-controller-id", "attached to the controller role")
+    assert _policy(pol.inputs)["Statement"] == [
+        {
+            "Sid": "ScaleInGroups",
+            "Effect": "Allow",
+            "Action": [
+                "autoscaling:SetInstanceProtection",
+                "autoscaling:TerminateInstanceInAutoScalingGroup",
+                "autoscaling:UpdateAutoScalingGroup",
+            ],
+            "Resource": "arn:aws:autoscaling:us-east-1:*:autoScalingGroup:*:autoScalingGroupName/*",
+            "Condition": {"StringEquals": {"aws:ResourceTag/clusterforge:cluster": "p5-training"}},
+        },
+        {
+            "Sid": "ScaleInDescribe",
+            "Effect": "Allow",
+            "Action": ["autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeAutoScalingInstances"],
+            "Resource": "*",
+        },
+        {
+            "Sid": "ScaleInNames",
+            "Effect": "Allow",
+            "Action": ["dynamodb:DeleteItem", "dynamodb:GetItem"],
+            "Resource": "arn:aws:dynamodb:::table/p5-training-node-names",
+        },
+    ]
+    node = [r for r in of_type(rec, ROLE_POLICY) if r.inputs["role"] == "p5-training-node-id"]
+    assert all("autoscaling:" not in r.inputs["policy"] for r in node), "nodes never terminate instances"
+    # the ASGs carry the tag the condition names (else the controller could retire nothing)
+    for asg in of_type(rec, ASG):
+        tags = {t["key"]: t["value"] for t in asg.inputs["tags"]}
+        expect(asg, tags.get("clusterforge:cluster") == "p5-training", "tagged with the cluster")
 
 
 # ------------------------------------------------------------------------------------ storage

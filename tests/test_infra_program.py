@@ -57,8 +57,8 @@ EXPECTED_COUNTS = {
         "aws:fsx/lustreFileSystem:LustreFileSystem": 1,
         "aws:iam/instanceProfile:InstanceProfile": 2,
         "aws:iam/role:Role": 2,
-        # controller: topology, secrets, s3; node: s3, node-names claim
-        "aws:iam/rolePolicy:RolePolicy": 5,
+        # controller: topology, secrets, s3, scale-in (retire.py); node: s3, node-names claim
+        "aws:iam/rolePolicy:RolePolicy": 6,
         "aws:iam/rolePolicyAttachment:RolePolicyAttachment": 4,
         "aws:ssm/parameter:Parameter": 1,
         "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": 6,

@@ -5,6 +5,8 @@ Two roles, because the nodes need different rights:
 * ``controller``: topology discovery (``ec2:DescribeInstances`` and ``ec2:DescribeInstanceTopology``,
   which the controller calls to render topology.conf from EC2's network nodes) and read access to
   the cluster's own secrets in SSM Parameter Store (the slurmdbd password);
+  and the scale-in of ``clusterforge/aws/retire.py`` (:func:`scale_in_policy`: terminate exactly
+  the drained nodes' instances in the cluster's Auto Scaling groups, release their names);
 * ``node`` (compute and login): the boot-time name claim (``clusterforge/aws/nodename.py``):
   read and write the cluster's node-name table only, ``ec2:DescribeInstances`` (is a name's holder
   still alive?) and tagging instances of its own cluster with the claim's tag keys only
@@ -29,6 +31,16 @@ S3_READ_ACTIONS = ("s3:GetObject", "s3:ListBucket", "s3:GetBucketLocation")
 #: What the claim does with the table: one Scan, conditional PutItem (claim, take-over) and
 #: DeleteItem (release), GetItem to read a claim back.
 NAME_TABLE_ACTIONS = ("dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Scan")
+#: What retire.py does to the cluster's Auto Scaling groups: lower MinSize (UpdateAutoScalingGroup),
+#: lift one instance's scale-in protection, terminate one instance.
+SCALE_IN_GROUP_ACTIONS = (
+    "autoscaling:SetInstanceProtection",
+    "autoscaling:TerminateInstanceInAutoScalingGroup",
+    "autoscaling:UpdateAutoScalingGroup",
+)
+SCALE_IN_DESCRIBE_ACTIONS = ("autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeAutoScalingInstances")
+#: retire.py reads one name's holder (GetItem) and releases it with a conditional DeleteItem.
+SCALE_IN_TABLE_ACTIONS = ("dynamodb:DeleteItem", "dynamodb:GetItem")
 #: The only tag keys a node may set or remove: the claimed name, the failure reason, and Name.
 CLAIM_TAG_KEYS = (TAG_HOSTNAME, TAG_CLAIM_ERROR, "Name")
 
@@ -127,5 +139,35 @@ def node_name_claim_policy(region: str, cluster: str, table_arn: str) -> PolicyD
                     "Null": {"aws:TagKeys": "false"},
                 },
             },
+        ],
+    }
+
+
+def scale_in_policy(region: str, cluster: str, table_arn: str) -> PolicyDocument:
+    """Rights of the controller's scale-in (``clusterforge/aws/retire.py``), as narrow as IAM allows.
+
+    * :data:`SCALE_IN_GROUP_ACTIONS` on Auto Scaling groups that carry this cluster's tag: all three
+      take resource type ``autoScalingGroup*`` with condition keys ``aws:ResourceTag/${TagKey}`` and
+      ``autoscaling:ResourceTag/${TagKey}`` (Service Authorization Reference, "Actions, resources, and
+      condition keys for Amazon EC2 Auto Scaling":
+      https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2autoscaling.html);
+      the plan tags every group ``clusterforge:cluster`` (infra/node_group.py).
+    * :data:`SCALE_IN_DESCRIBE_ACTIONS` on ``*``: the same table lists no resource type for the
+      ``Describe*`` actions, so no tag condition can apply to them.
+    * GetItem/DeleteItem on the cluster's name table only (its ARN).
+    """
+    groups = f"arn:{partition(region)}:autoscaling:{region}:*:autoScalingGroup:*:autoScalingGroupName/*"
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "ScaleInGroups",
+                "Effect": "Allow",
+                "Action": list(SCALE_IN_GROUP_ACTIONS),
+                "Resource": groups,
+                "Condition": {"StringEquals": {f"aws:ResourceTag/{TAG_CLUSTER}": cluster}},
+            },
+            {"Sid": "ScaleInDescribe", "Effect": "Allow", "Action": list(SCALE_IN_DESCRIBE_ACTIONS), "Resource": "*"},
+            {"Sid": "ScaleInNames", "Effect": "Allow", "Action": list(SCALE_IN_TABLE_ACTIONS), "Resource": table_arn},
         ],
     }

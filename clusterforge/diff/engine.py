@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterforge.clusterspec import Finding
+from clusterforge.diff import scale
 from clusterforge.diff.hosts import HostSetting, host_settings, host_steps, inventory_of
 from clusterforge.diff.report import CostDelta, DiffReport, FileDiff, FindingChange, SpecDiff
 from clusterforge.diff.resources import ResourceDiff, diff_resources
@@ -139,15 +140,18 @@ def _impacts(base: _Side, head: _Side) -> list[Impact]:
     return restart.impacts(bm, hm)
 
 
-def _operations(impacts: list[Impact], settings: list[HostSetting]) -> Operations:
-    """The Slurm steps (``restart.summarise``) with the host settings' drain, role runs and reboots."""
-    ops = restart.summarise(impacts)
+def _operations(impacts: list[Impact], settings: list[HostSetting], base: _Side, head: _Side) -> Operations:
+    """The cloud scale steps (retire, ``pulumi up``: ``scale.first_steps``), then the Slurm steps
+    (``restart.summarise``) with the host settings' drain, role runs and reboots."""
+    retired = scale.retired_nodes(base.rc, head.rc)
+    cloud = scale.first_steps(base.rc, head.rc)
+    ops = restart.summarise(impacts, retired=retired)
     if not any(s.roles and s.hosts for s in settings):
-        return ops
-    slurm_drain = ",".join(i.drain_nodes for i in impacts if i.drain_nodes)
+        return Operations(ops.cls, (*cloud, *ops.steps))
+    slurm_drain = ",".join([*(i.drain_nodes for i in impacts if i.drain_nodes), *[retired] * bool(retired)])
     first, middle, last = host_steps(settings, already_drained=slurm_drain)
     steps = [*first, *ops.steps, *middle, *last] if impacts else [*first, *middle, *last]
-    return Operations(ops.cls, tuple(steps))
+    return Operations(ops.cls, (*cloud, *steps))
 
 
 def _cost(base: _Side, head: _Side) -> CostDelta:
@@ -215,7 +219,7 @@ def diff_sources(
         files=tuple(files),
         cost=_cost(b, h),
         impacts=tuple(impacts),
-        operations=_operations(impacts, settings),
+        operations=_operations(impacts, settings, b, h),
         host_settings=tuple(settings),
         introduced=tuple(_finding(f) for f in h.findings if (f.code, f.path) not in key),
         resolved=tuple(_finding(f) for f in b.findings if (f.code, f.path) not in hkey),

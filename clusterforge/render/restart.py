@@ -451,13 +451,17 @@ class Operations:
     steps: tuple[str, ...]
 
 
-def summarise(impacts: list[Impact]) -> Operations:
+def summarise(impacts: list[Impact], *, retired: str = "") -> Operations:
+    """``retired``: cloud nodes retire.py drains and terminates before configure (neither drained
+    nor given slurmd actions here: their instances are gone)."""
     if not impacts:
         return Operations(ImpactClass.NONE, ())
     top = max((i.cls for i in impacts), key=SEVERITY.__getitem__)
-    drain = _compress(n for i in impacts if i.drain_nodes for n in _expand(i.drain_nodes))
+    gone = set(_expand(retired))
+    drain = _compress(n for i in impacts if i.drain_nodes for n in _expand(i.drain_nodes) if n not in gone)
     slurmd = _compress(
         n for i in impacts if i.slurmd_nodes and i.cls is not ImpactClass.RECONFIGURE for n in _expand(i.slurmd_nodes)
+        if n not in gone
     )
     ctld = any(i.cls in (ImpactClass.RESTART_ALL, ImpactClass.RESTART_SLURMCTLD) for i in impacts)
     dbd = any(i.cls is ImpactClass.RESTART_SLURMDBD for i in impacts)
