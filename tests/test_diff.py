@@ -612,8 +612,7 @@ def test_scale_in_retires_the_drained_nodes_before_pulumi_up(report: DiffReport)
     assert nodes.drain_nodes == "gpu-[009-016]"  # gpu count 16 -> 8: the highest names go
     steps = s.operations.steps
     assert steps[0] == (
-        "on the controller: python3 /usr/local/lib/clusterforge-agents/retire.py --config "
-        "/etc/clusterforge/cloud-agent.json --nodes gpu-[009-016] (drains them, waits for their jobs, terminates "
+        "clusterforge retire SPEC 'gpu-[009-016]' (on the controller: drains them, waits for their jobs, terminates "
         "exactly their instances without replacement, releases their names)"
     )
     assert steps[1] == "pulumi up (lowers the groups' sizes; gpu-[009-016] are already gone)"

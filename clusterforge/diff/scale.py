@@ -14,7 +14,8 @@ from clusterforge.clusterspec.models import NodeGroup
 from clusterforge.resolve import ResolvedCluster
 
 #: where the agents are installed on the controller (contract: /usr/local/lib/clusterforge-agents/)
-RETIRE = "python3 /usr/local/lib/clusterforge-agents/retire.py --config /etc/clusterforge/cloud-agent.json"
+#: the deploy-side command (playbooks/retire.yml runs clusterforge-retire on the controller)
+RETIRE = "clusterforge retire SPEC"
 
 
 def _cloud_compute(rc: ResolvedCluster | None) -> dict[str, NodeGroup]:
@@ -45,7 +46,7 @@ def first_steps(base: ResolvedCluster | None, head: ResolvedCluster | None) -> l
     steps = []
     if retired:
         steps.append(
-            f"on the controller: {RETIRE} --nodes {retired} (drains them, waits for their jobs, terminates "
+            f"{RETIRE} '{retired}' (on the controller: drains them, waits for their jobs, terminates "
             "exactly their instances without replacement, releases their names)"
         )
     if retired or added:
