@@ -121,13 +121,12 @@ def build_topology(cluster: Cluster, nodesets: tuple[NodeSet, ...], base_dir: Pa
 
 def topology_yaml(cluster: str, version: str, t: TopologyModel) -> str:
     """``topology.yaml`` (Slurm 25.05+, topology.yaml(5)): one default topology of ``t``'s plugin."""
-    entry: dict[str, Any] = {"topology": "default", "cluster_default": True}
     if t.plugin == "topology/block":
         block: dict[str, Any] = {}
         if t.block_sizes:
             block["block_sizes"] = list(t.block_sizes)
         block["blocks"] = [{"block": b.name, "nodes": b.nodes} for b in t.blocks]
-        entry["block"] = block
+        entry: dict[str, Any] = {"topology": "default", "cluster_default": True, "block": block}
     else:
-        entry["tree"] = tree.yaml_tree([tree.Switch(s.name, s.nodes, s.switches) for s in t.switches])
+        entry = tree.yaml_entry([tree.Switch(s.name, s.nodes, s.switches) for s in t.switches])
     return dump_yaml(tree.yaml_header(cluster, version), [entry])

@@ -150,6 +150,11 @@ def yaml_tree(switches: list[Switch]) -> dict[str, Any]:
     }
 
 
+def yaml_entry(switches: list[Switch]) -> dict[str, Any]:
+    """The one default tree topology of topology.yaml (the renderer's and the agent's)."""
+    return {"topology": "default", "cluster_default": True, "tree": yaml_tree(switches)}
+
+
 def yaml_header(cluster: str, version: str) -> list[str]:
     return [
         f"topology.yaml for cluster {cluster} (Slurm {version})",
