@@ -1,5 +1,7 @@
 """The one codec for Slurm hostlists and integer range lists; nothing else in clusterforge parses or builds them.
 
+Stdlib only: the controller's cloud agent ships this file verbatim (``clusterforge/render/agents.py``).
+
 Two syntaxes, one module, so that a fix to one never misses a private copy. (The one exception is
 the small expander inside ``clusterforge/aws/nodename.py``, which must run alone on a fresh
 instance; tests/test_nodename.py checks it against :func:`expand`.)
@@ -37,7 +39,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from clusterforge.errors import ClusterforgeError
+try:
+    from clusterforge.errors import ClusterforgeError
+except ImportError:  # shipped alone to the controller with the cloud agent (clusterforge/render/agents.py)
+
+    class ClusterforgeError(Exception):  # type: ignore[no-redef]
+        exit_code = 2
 
 #: No expression may stand for more than this many names or numbers: a typo such as
 #: ``node[1-10000000]`` must be an error, not minutes of work and gigabytes of memory.

@@ -206,9 +206,11 @@ def test_ec2_topology_file_builds_tree(tmp_path: Path) -> None:
     assert sw["nn-c1"].nodes == "gpu-[001-002]"
     assert sw["nn-a"].switches == "nn-b1,nn-b2"
     # two top-layer nodes -> one synthetic root above them
-    assert sw["ec2-root"].switches == "nn-a,nn-z,unplaced"
-    # the CPU group has no EC2 topology data (c7i is not supported by the API)
-    assert sw["unplaced"].nodes == "cpu-[001-004]"
+    assert sw["ec2-root"].switches == "aws-cpu,nn-a,nn-z"
+    # the CPU group has no EC2 topology data (c7i is not supported by the API): its nodes keep the
+    # cloud group's fallback leaf, as the cloud agent does for instances not reported yet
+    assert sw["aws-cpu"].nodes == "cpu-[001-004]"
+    assert "unplaced" not in sw
     assert m.topology.plugin == "topology/tree"
 
 

@@ -52,7 +52,8 @@ def test_real_daemons_accept_example(name: str, tmp_path: Path) -> None:
         assert report.gres, "slurmd -G was not run for a GPU node"
 
 
-VERSION_GATED = ("CgroupAutomount", "(Slurm ", "# mount missing v1 controllers", "# GPUs as consumable resources", "PrivateData=cloud", "# before 23.02 sinfo hides")
+# '"slurm_version": ' is cloud/agent.json's copy of the version (the agent's topology.conf header)
+VERSION_GATED = ("CgroupAutomount", "(Slurm ", "# mount missing v1 controllers", "# GPUs as consumable resources", "PrivateData=cloud", "# before 23.02 sinfo hides", '"slurm_version": ')
 
 
 @pytest.mark.parametrize("name", [n for n in EXAMPLE_SPECS if target(n) != "22.05"])

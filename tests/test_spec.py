@@ -252,7 +252,12 @@ CASES: list[tuple[str, str, Mut, Level]] = [
         d["slurm"].update(version="23.11"), d["topology"].update(blocks=[{"name": "b1", "hosts": "dgx-[001-008]"}], block_sizes=[8])), Level.ERROR),
     ("onprem-dgx.yaml", "blocksizes-invalid", lambda d: (
         d["slurm"].update(version="24.05"), d["topology"].update(blocks=[{"name": "b1", "hosts": "dgx-[001-008]"}], block_sizes=[8, 24])), Level.ERROR),
-    ("p5-training.yaml", "empty-tree", lambda d: d.setdefault("topology", {}).update(plugin="tree"), Level.ERROR),
+    # on-prem only: a cloud compute group would give its aws-<group> leaf, so tree is not empty there
+    ("onprem-dgx.yaml", "empty-tree", lambda d: d.update(topology={"plugin": "tree"}), Level.ERROR),
+    ("p5-training.yaml", "missing-ec2-instances", lambda d: d.setdefault("topology", {}).update(
+        ec2_instance_topology="p5-training.yaml", ec2_instances="no.json"), Level.ERROR),
+    ("p5-training.yaml", "ec2-instances-alone", lambda d: d.setdefault("topology", {}).update(
+        ec2_instances="p5-training.yaml"), Level.ERROR),
     ("p5-training.yaml", "empty-block", lambda d: d.setdefault("topology", {}).update(plugin="block"), Level.ERROR),
     ("onprem-dgx.yaml", "topology-yaml", lambda d: d["slurm"].update(version="25.05"), Level.INFO),
     ("onprem-dgx.yaml", "checkpoints-on-nfs", lambda d: d["storage"][0].update(purpose=["home", "checkpoints"]), Level.WARNING),

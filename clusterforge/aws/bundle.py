@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["LIB_DIR", "PROGRAMS", "sources"]
+__all__ = ["LIB_DIR", "PROGRAMS", "shipped_modules", "sources"]
 
 LIB_DIR = "/usr/local/lib/clusterforge-agents"
 _PKG = Path(__file__).resolve().parents[1]  # clusterforge/
@@ -36,6 +36,7 @@ _FILES: dict[str, tuple[tuple[Path, str], ...]] = {
         (_PKG / "aws" / "slurmcmd.py", "slurmcmd.py"),
         (_PKG / "render" / "tree.py", "tree.py"),
         (_PKG / "hostlist.py", "hostlist.py"),
+        (_PKG / "render" / "yamlfile.py", "yamlfile.py"),
         (_REPO / "templates" / "topology.conf.j2", "templates/topology.conf.j2"),
     ),
     "node": (
@@ -51,3 +52,9 @@ def sources(kind: str) -> list[dict[str, str]]:
     if kind not in _FILES:
         raise ValueError(f"unknown agent host kind {kind!r}; expected one of {sorted(_FILES)}")
     return [{"src": str(src), "dest": dest} for src, dest in _FILES[kind]]
+
+
+def shipped_modules() -> set[str]:
+    """Package-relative paths (``aws/retire.py``) of every module shipped to some host: they run
+    without the package, so they cannot use :mod:`clusterforge.proc` and keep to the stdlib."""
+    return {str(src.relative_to(_PKG)) for files in _FILES.values() for src, _ in files if src.suffix == ".py"}

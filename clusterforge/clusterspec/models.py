@@ -211,7 +211,13 @@ class Topology(Model):
     block_sizes: list[PositiveInt] = Field(default_factory=list)
     ec2_instance_topology: str | None = Field(
         None,
-        description="JSON file mapping node name to its EC2 DescribeInstanceTopology NetworkNodes (top first)",
+        description="JSON file: node name -> its EC2 NetworkNodes (top first), or a saved raw "
+        "`aws ec2 describe-instance-topology` response (then ec2_instances is required)",
+    )
+    ec2_instances: str | None = Field(
+        None,
+        description="a saved `aws ec2 describe-instances` response: names the instances of a raw "
+        "ec2_instance_topology response through their clusterforge:hostname tags",
     )
 
 

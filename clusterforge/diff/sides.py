@@ -184,8 +184,9 @@ def referenced_paths(spec_text: bytes) -> list[str]:
     if isinstance(data.get("facts_dir"), str):
         out.append(data["facts_dir"])
     topo = data.get("topology")
-    if isinstance(topo, dict) and isinstance(topo.get("ec2_instance_topology"), str):
-        out.append(topo["ec2_instance_topology"])
+    for key in ("ec2_instance_topology", "ec2_instances"):
+        if isinstance(topo, dict) and isinstance(topo.get(key), str):
+            out.append(topo[key])
     return out
 
 

@@ -19,6 +19,7 @@ from clusterforge import hostlist
 from clusterforge.clusterspec.models import Cluster
 from clusterforge.clusterspec.types import version_tuple
 from clusterforge.errors import RenderError
+from clusterforge.render import agents
 from clusterforge.render.alerts import RULES_PATH, alert_groups, alerts_yaml
 from clusterforge.render.manifest import (
     BlockRecord,
@@ -237,6 +238,10 @@ def render(rc: ResolvedCluster) -> RenderResult:
         files.append(RenderedFile(name, text, node_path, node_groups, daemons, "0644", (), "root",
                                   _daemon_hosts(node_groups, daemons)))
 
+    def add_text(name: str, text: str, node_path: str, node_groups: tuple[str, ...]) -> None:
+        # data files (JSON from render/agents.py) read by clusterforge's own agents, no Slurm daemon
+        files.append(RenderedFile(name, text, node_path, node_groups, (), "0644", (), "root", ()))
+
     ctl_hosts = hostlist.compress([h for g in rc.with_role("controller") for h in g.hosts])
     slurmd_hosts: dict[tuple[str, ...], str] = {}  # node groups -> hostlist: compressed once, not per file
 
@@ -276,6 +281,12 @@ def render(rc: ResolvedCluster) -> RenderResult:
         else:
             add("slurm/topology.conf", "topology.conf.j2", f"{SLURM_CONF}/topology.conf", all_groups,
                 ("slurmctld",), **topo_ctx)
+    if agents.wanted(c):
+        topo_files = [f for f in files if f.name in ("slurm/topology.conf", "slurm/topology.yaml")]
+        topo_path = topo_files[0].node_path if topo_files else None
+        add_text("cloud/agent.json", agents.agent_config(c, ver, t, topo_path), agents.AGENT_CONFIG_PATH, ctl_groups)
+        cloud_compute = tuple(g.name for g in c.node_groups if g.is_cloud and g.role == "compute")
+        add_text("cloud/node-agent.json", agents.node_agent_config(c), agents.NODE_AGENT_CONFIG_PATH, cloud_compute)
     if dbd is not None:
         # read by slurmdbd only, which runs as SlurmUser: 0600 keeps the storage password from other users
         add("slurm/slurmdbd.conf", "slurmdbd.conf.j2", f"{SLURM_CONF}/slurmdbd.conf", ctl_groups, ("slurmdbd",),

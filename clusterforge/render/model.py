@@ -6,6 +6,7 @@ Every rendered file is printed from these objects; no template derives a hardwar
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from clusterforge import hostlist
 from clusterforge.catalog import HardwareProfile
@@ -109,6 +110,8 @@ class TopologyModel:
     switches: tuple[SwitchModel, ...] = ()
     blocks: tuple[BlockModel, ...] = ()
     block_sizes: tuple[int, ...] = ()
+    #: the tree's basis (``render/tree.py``) for topology/tree: what the cloud agent rebuilds from
+    basis: dict[str, Any] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -191,6 +191,8 @@ FILE_RULES: dict[str, tuple[ImpactClass, str, str]] = {
              "clusterforge render (profile.d)"),
     "health/": (ImpactClass.NONE, "run anew by slurmd every HealthCheckInterval; no restart",
                 "slurm.conf(5) HealthCheckProgram"),
+    "cloud/": (ImpactClass.NONE, "read by clusterforge's cloud agents each tick; no Slurm daemon or job is touched",
+               "clusterforge render (render/agents.py)"),
     "prometheus/": (ImpactClass.NONE, "alerting rules: the monitoring role restarts Prometheus on the monitoring "
                     "server; no Slurm daemon or job is touched", "Prometheus docs, Alerting rules (rule_files)"),
 }

@@ -7,159 +7,126 @@ topology/block from 23.11. A plugin is only configured when the file it reads is
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 from typing import Any
 
 from clusterforge import hostlist
-from clusterforge.clusterspec.models import Cluster
+from clusterforge.aws import ec2topology
+from clusterforge.clusterspec.models import Cluster, Topology
 from clusterforge.errors import RenderError
+from clusterforge.render import tree
 from clusterforge.render.model import BlockModel, NodeSet, SwitchModel, TopologyModel
 from clusterforge.render.yamlfile import dump_yaml
 
-UNPLACED = "unplaced"
-EC2_ROOT = "ec2-root"
+UNPLACED = tree.UNPLACED
+EC2_ROOT = tree.EC2_ROOT
+_LEGACY_HINT = (
+    'an object mapping node name to its NetworkNodes list (top layer first), e.g. {"gpu-001": ["nn-1", "nn-2", '
+    '"nn-3"]}, or a saved `aws ec2 describe-instance-topology` response {"Instances": [...]}'
+)
 
 
-def _ec2_paths(path: Path) -> dict[str, list[str]]:
+def _read_json(path: Path, field: str) -> Any:
     try:
-        raw = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise RenderError(f"topology.ec2_instance_topology {str(path)!r}: cannot read JSON ({exc})") from None
+        raise RenderError(f"{field} {str(path)!r}: cannot read JSON ({exc})") from None
+
+
+def ec2_paths(t: Topology, base_dir: Path) -> dict[str, list[str]]:
+    """node -> EC2 network nodes (top first) from ``topology.ec2_instance_topology``: the node-keyed
+    JSON, or a raw DescribeInstanceTopology response named through ``topology.ec2_instances``."""
+    if not t.ec2_instance_topology:
+        return {}
+    field = "topology.ec2_instance_topology"
+    path = base_dir / t.ec2_instance_topology
+    raw = _read_json(path, field)
+    if isinstance(raw, dict) and "Instances" in raw:
+        try:
+            reported = ec2topology.parse_response(raw, "the file")
+        except ec2topology.TopologyFormatError as exc:
+            raise RenderError(f"{field} {str(path)!r}: {exc}. Fix: save the output of "
+                              "`aws ec2 describe-instance-topology --output json` unchanged.") from None
+        if not t.ec2_instances:
+            raise RenderError(
+                f"{field} {str(path)!r} is a raw DescribeInstanceTopology response, which names instances, "
+                "not nodes; topology.ec2_instances is not set. Fix: save `aws ec2 describe-instances --filters "
+                "Name=tag:clusterforge:cluster,Values=<cluster> --output json` and set topology.ec2_instances "
+                "to that file."
+            )
+        ipath = base_dir / t.ec2_instances
+        try:
+            names = ec2topology.names_from_reservations(_read_json(ipath, "topology.ec2_instances"), None, "the file")
+        except ec2topology.TopologyFormatError as exc:
+            raise RenderError(f"topology.ec2_instances {str(ipath)!r}: {exc}. Fix: save the output of "
+                              "`aws ec2 describe-instances --output json` unchanged.") from None
+        return ec2topology.node_paths(names, reported)
     if not isinstance(raw, dict) or not all(
         isinstance(v, list) and v and all(isinstance(x, str) for x in v) for v in raw.values()
     ):
-        raise RenderError(
-            f"topology.ec2_instance_topology {str(path)!r}: expected an object mapping node name to its "
-            'NetworkNodes list (top layer first), e.g. {"gpu-001": ["nn-1", "nn-2", "nn-3"]}'
-        )
+        raise RenderError(f"{field} {str(path)!r}: expected {_LEGACY_HINT}")
     return {str(k): [str(x) for x in v] for k, v in raw.items()}
 
 
-def _switch_name(network_node: str) -> str:
-    # EC2 network-node ids (nn-0123abcd...) are valid Slurm switch names; keep them as they are so
-    # the file can be compared with `aws ec2 describe-instance-topology` output.
-    return network_node
+def tree_basis(cluster: Cluster, nodesets: tuple[NodeSet, ...]) -> dict[str, Any]:
+    """What the spec fixes of the tree (``render/tree.py``'s basis; JSON-serialisable)."""
+    t = cluster.topology
+    leaves: dict[str, set[str]] = {}
+    comments: dict[str, str] = {}
+    for g in cluster.node_groups:
+        if g.onprem is None or g.role != "compute":
+            continue
+        for pl in g.onprem.placement:
+            leaves.setdefault(pl.switch, set()).update(hostlist.expand(pl.hosts))
+            comments.setdefault(pl.switch, f"rack {pl.rack}")
+    cloud = {g.name for g in cluster.node_groups if g.is_cloud}
+    return {
+        "switches": {s.name: s.parent for s in t.switches},
+        "leaves": {k: hostlist.compress(v) for k, v in leaves.items()},
+        "comments": comments,
+        "compute": [
+            [n.group, hostlist.compress(n.names) if n.names else "", n.group in cloud]
+            for n in nodesets
+            if n.role == "compute"
+        ],
+        "tree_required": t.plugin == "tree",
+    }
 
 
 def build_topology(cluster: Cluster, nodesets: tuple[NodeSet, ...], base_dir: Path) -> TopologyModel:
     t = cluster.topology
-    compute = [n for n in nodesets if n.role == "compute"]
     if t.plugin == "none":
         return TopologyModel(plugin=None)
     want_block = t.plugin == "block" or (t.plugin == "auto" and bool(t.blocks) and not t.switches)
     if want_block:
         blocks = tuple(BlockModel(b.name, hostlist.compress(hostlist.expand(b.hosts))) for b in t.blocks)
         return TopologyModel(plugin="topology/block", blocks=blocks, block_sizes=tuple(t.block_sizes))
-
-    parent: dict[str, str | None] = {s.name: s.parent for s in t.switches}
-    leaf_nodes: dict[str, set[str]] = {}
-    comments: dict[str, str] = {}
-    for g in cluster.node_groups:
-        if g.onprem is None or g.role != "compute":
-            continue
-        for pl in g.onprem.placement:
-            leaf_nodes.setdefault(pl.switch, set()).update(hostlist.expand(pl.hosts))
-            comments.setdefault(pl.switch, f"rack {pl.rack}")
-
-    ec2: dict[str, list[str]] = {}
-    if t.ec2_instance_topology:
-        ec2 = _ec2_paths(base_dir / t.ec2_instance_topology)
-        for node, path in sorted(ec2.items()):
-            names = [_switch_name(x) for x in path]
-            for upper, lower in itertools.pairwise(names):
-                parent.setdefault(lower, upper)
-            parent.setdefault(names[0], None)
-            leaf_nodes.setdefault(names[-1], set()).add(node)
-            comments.setdefault(names[-1], "EC2 network node (bottom layer)")
-
-    if not parent:
+    paths = ec2_paths(t, base_dir)
+    basis = tree_basis(cluster, nodesets)
+    # a configured EC2 file means a tree even before any instance is reported in it
+    basis["tree_required"] = basis["tree_required"] or bool(t.ec2_instance_topology)
+    try:
+        switches = tree.build_tree(basis, paths)
+    except tree.TreeError as exc:
+        raise RenderError(str(exc)) from None
+    if not switches:
         return TopologyModel(plugin=None)
-
-    placed = {h for hosts in leaf_nodes.values() for h in hosts}
-    roots = sorted(n for n, p in parent.items() if p is None)
-    if len(roots) != 1:
-        # Several EC2 top-layer nodes (or an EC2 forest beside spec switches): add one root so jobs
-        # can span them; AWS's own converter leaves a forest and Slurm only warns about it.
-        root = EC2_ROOT
-        for r in roots:
-            parent[r] = root
-        parent[root] = None
-        comments[root] = "synthetic root above the spec/EC2 top-layer switches"
-    else:
-        root = roots[0]
-    unplaced: list[str] = []
-    for ns in compute:
-        if ns.group in {g.name for g in cluster.node_groups if g.is_cloud} and not ec2:
-            # EC2 placement is unknown until instances run; one leaf per cloud group keeps the
-            # group together (it shares a placement group or capacity block).
-            leaf = f"aws-{ns.group}"
-            parent[leaf] = root
-            leaf_nodes[leaf] = set(ns.names)
-            comments[leaf] = "EC2 topology not known yet: one leaf per cloud group"
-            continue
-        unplaced.extend(h for h in ns.names if h not in placed)
-    if unplaced:
-        parent[UNPLACED] = root
-        leaf_nodes[UNPLACED] = set(unplaced)
-        comments[UNPLACED] = "hosts without a rack placement in the spec"
-
-    children: dict[str, list[str]] = {}
-    for name, p in parent.items():
-        if p is not None:
-            children.setdefault(p, []).append(name)
-    for name in parent:
-        if name in children and name in leaf_nodes:
-            raise RenderError(f"switch {name!r} has both hosts and child switches; attach hosts to leaf switches")
-        if name not in children and name not in leaf_nodes:
-            raise RenderError(
-                f"switch {name!r} has neither hosts nor child switches (slurmctld 22.05 rejects it); "
-                "place hosts under it or remove it"
-            )
-
-    def depth(n: str) -> int:
-        d = 0
-        cur = parent[n]
-        while cur is not None:
-            d += 1
-            cur = parent[cur]
-        return d
-
-    # Leaves first (deepest first), then their parents: each switch line names only switches
-    # already defined above it, which is how people read the file.
-    order = sorted(parent, key=lambda n: (-depth(n), n))
-    switches = tuple(
-        SwitchModel(
-            name=n,
-            nodes=hostlist.compress(leaf_nodes[n]) if n in leaf_nodes else None,
-            switches=",".join(sorted(children[n])) if n in children else None,
-            comment=comments.get(n, ""),
-        )
-        for n in order
+    return TopologyModel(
+        plugin="topology/tree",
+        switches=tuple(SwitchModel(s.name, s.nodes, s.switches, s.comment) for s in switches),
+        basis=basis,
     )
-    return TopologyModel(plugin="topology/tree", switches=switches)
 
 
 def topology_yaml(cluster: str, version: str, t: TopologyModel) -> str:
     """``topology.yaml`` (Slurm 25.05+, topology.yaml(5)): one default topology of ``t``'s plugin."""
-    header = [
-        f"topology.yaml for cluster {cluster} (Slurm {version})",
-        "Rendered by clusterforge. Slurm 25.05 reads this file instead of topology.conf.",
-    ]
-    entry: dict[str, Any] = {"topology": "default", "cluster_default": True}
     if t.plugin == "topology/block":
         block: dict[str, Any] = {}
         if t.block_sizes:
             block["block_sizes"] = list(t.block_sizes)
         block["blocks"] = [{"block": b.name, "nodes": b.nodes} for b in t.blocks]
-        entry["block"] = block
+        entry: dict[str, Any] = {"topology": "default", "cluster_default": True, "block": block}
     else:
-        # a switch holds nodes (a leaf) or switches, never both (slurmctld refuses it)
-        entry["tree"] = {
-            "switches": [
-                {"switch": s.name, "nodes": s.nodes} if s.nodes else {"switch": s.name, "children": s.switches}
-                for s in t.switches
-            ]
-        }
-    return dump_yaml(header, [entry])
+        entry = tree.yaml_entry([tree.Switch(s.name, s.nodes, s.switches) for s in t.switches])
+    return dump_yaml(tree.yaml_header(cluster, version), [entry])

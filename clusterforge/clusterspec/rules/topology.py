@@ -116,5 +116,17 @@ def topology_references(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
             "file not found (paths are relative to the spec file).",
             "give the JSON written from `aws ec2 describe-instance-topology`, or remove the key.",
         )
+    if t.ec2_instances is not None and not (ctx.base / t.ec2_instances).is_file():
+        yield Finding(
+            Level.ERROR, "missing-ec2-instances", "topology.ec2_instances", t.ec2_instances,
+            "file not found (paths are relative to the spec file).",
+            "give the JSON written by `aws ec2 describe-instances`, or remove the key.",
+        )
+    if t.ec2_instances is not None and t.ec2_instance_topology is None:
+        yield Finding(
+            Level.ERROR, "ec2-instances-alone", "topology.ec2_instances", t.ec2_instances,
+            "names instances of a DescribeInstanceTopology response, but topology.ec2_instance_topology is not set.",
+            "set topology.ec2_instance_topology to the saved `aws ec2 describe-instance-topology` output.",
+        )
 
 

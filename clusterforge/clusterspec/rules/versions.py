@@ -36,11 +36,13 @@ def version_gates(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
                     "each BlockSizes value must be the base size times a power of two (slurmctld fatals).",
                     f"use {base_size}*2^k, e.g. {base_size * 2}.",
                 )
-    if t.plugin == "tree" and not t.switches and not t.ec2_instance_topology:
+    # cloud compute groups always give leaves (aws-<group> until EC2 reports their instances)
+    cloud_compute = any(g.is_cloud and g.role == "compute" for g in c.node_groups)
+    if t.plugin == "tree" and not t.switches and not t.ec2_instance_topology and not cloud_compute:
         yield Finding(
             Level.ERROR, "empty-tree", "topology.plugin", "tree",
             "topology/tree without switches would load an empty topology.conf (slurmctld fatals).",
-            "declare topology.switches or set plugin: auto.",
+            "declare topology.switches, add a cloud compute group, or set plugin: auto.",
         )
     if t.plugin == "block" and not t.blocks:
         yield Finding(

@@ -1,7 +1,8 @@
 """The emulated EC2 / Auto Scaling / DynamoDB API of the local AWS flavour: moto in server mode.
 
-* :func:`start_moto` runs ``python3 -m moto.server`` (optionally in a network namespace) through
-  :mod:`clusterforge.proc` and waits, bounded, until it answers.
+* :func:`start_moto` runs moto's server wrapped by ``clusterforge.local.aws.ec2server`` (which adds
+  DescribeInstanceTopology; optionally in a network namespace) through :mod:`clusterforge.proc`
+  and waits, bounded, until it answers.
 * :func:`populate` creates in moto what the Pulumi plan creates, from the offline plan's
   recording (``run_program(rc, preview=True)``): the launch templates with the plan's real user
   data, instance type and tag specifications, the Auto Scaling groups with the plan's sizes, the
@@ -98,16 +99,21 @@ class MotoServer:
 
 
 def start_moto(
-    bind: str, port: int, log: Path, *, netns: str | None = None, timeout: float = MOTO_READY_S
+    bind: str, port: int, log: Path, *, netns: str | None = None, timeout: float = MOTO_READY_S,
+    placements: Path | None = None,
 ) -> MotoServer:
     """Start moto's server on ``bind:port`` (in network namespace ``netns`` if given), its output
     appended to ``log``, and wait up to ``timeout`` s until ``GET /moto-api/`` answers.
+
+    moto runs inside ``clusterforge.local.aws.ec2server``, which adds DescribeInstanceTopology
+    (placements from ``placements``, else its default rule).
 
     The readiness probe runs in the caller's namespace: with ``netns``, ``bind`` must be an
     address the caller reaches (the bridge address). Raises :class:`EmulatorError` naming the log.
     """
     log.parent.mkdir(parents=True, exist_ok=True)
-    cmd = shlex.join([sys.executable, "-m", "moto.server", "-H", bind, "-p", str(port)])
+    extra = ["--placements", str(placements)] if placements is not None else []
+    cmd = shlex.join([sys.executable, "-m", "clusterforge.local.aws.ec2server", "-H", bind, "-p", str(port), *extra])
     # The shell only redirects and execs: moto is the group leader's image, its log a plain file.
     argv = ["sh", "-c", f"exec {cmd} >>{shlex.quote(str(log))} 2>&1"]
     if netns:

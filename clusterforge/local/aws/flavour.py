@@ -161,8 +161,9 @@ class AwsFlavour:
         say(f"emulated AWS: moto server on {self.endpoint}")
         proc.run(
             [nodes_sh, "spawn", str(self.state), str(self.state / "moto.pid"), self.bridge_ns,
-             str(self.state / "moto.log"), sys.executable, "-m", "moto.server", "-H", f"{self.layout.net}.1",
-             "-p", str(MOTO_PORT)],
+             str(self.state / "moto.log"), sys.executable, "-m", "clusterforge.local.aws.ec2server",
+             "-H", f"{self.layout.net}.1", "-p", str(MOTO_PORT),
+             "--placements", str(self.state / "ec2-placements.json")],
             timeout=30, check=True,
         )
         with in_netns(self.bridge_ns):
