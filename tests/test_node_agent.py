@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +167,7 @@ def test_slurmcmd_errors_name_the_command() -> None:
     with pytest.raises(slurmcmd.SlurmError) as e:
         slurmcmd.run("sh", "-c", "echo oops >&2; exit 3")
     assert str(e.value) == "sh -c echo oops >&2; exit 3: exit 3: oops"
-    with pytest.raises(slurmcmd.SlurmError, match="no answer within 0.2s"):
+    with pytest.raises(slurmcmd.SlurmError, match=r"no answer within 0\.2s"):
         slurmcmd.run("sleep", "5", timeout=0.2)
     with pytest.raises(slurmcmd.SlurmError, match="no-such-binary"):
         slurmcmd.run("no-such-binary-cf")

@@ -161,11 +161,6 @@ def life_cluster() -> Iterator[dict[str, object]]:
 
 
 def node(ctl: Callable[..., str], name: str) -> dict[str, str]:
-    out = ctl("scontrol", "show", "node", "-o", name)
-    return dict(f.split("=", 1) for f in out.split() if "=" in f)
-
-
-def node(ctl: Callable[..., str], name: str) -> dict[str, str]:
     from clusterforge.aws.slurmcmd import fields
 
     return fields(ctl("scontrol", "show", "node", "-o", name).strip())

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 try:
     from clusterforge.aws import slurmcmd
 except ImportError:  # on a host: the agents' folder is on sys.path
-    import slurmcmd  # type: ignore[no-redef]
+    import slurmcmd  # type: ignore[no-redef,import-not-found]
 
 if TYPE_CHECKING:
     from clusterforge.clusterspec.models import Cluster

@@ -66,9 +66,11 @@ class Capacity(Model):
     )
 
     start: AwareDatetime | None = Field(
-        None, description="capacity_block only: when the block starts (ISO 8601 with a zone, e.g. 2026-12-01T11:30:00Z)"
+        None, description="capacity_block only: when the block starts (ISO 8601 with a zone, e.g. 2027-01-04T11:30:00Z)"
     )
-    end: AwareDatetime | None = Field(None, description="capacity_block only: when the block ends (ISO 8601 with a zone)")
+    end: AwareDatetime | None = Field(
+        None, description="capacity_block only: when the block ends (ISO 8601 with a zone)"
+    )
     # >= 35: EC2 begins terminating a Capacity Block's instances 30 minutes before its end
     # ("Capacity Block Expiration Warning" 40 min before, termination 10 min later; EC2 User Guide,
     # capacity-blocks-monitor; facts.md 1.4), and the ASG scales to 0 at end - 35 min (facts 8.2).
