@@ -150,9 +150,11 @@ def tick(config: dict[str, Any], now: datetime, slurm: Scontrol = slurmcmd.scont
             done.append(f"reservation {name} deleted: block {b['reservation_id']} started at {b['start']}")
         if now >= drain_at:
             reason = drain_reason(b)
+            # scontrol's live node records (not slurm.conf text): one "-o" line per node
             rows = [slurmcmd.fields(ln) for ln in slurm("show", "node", "-o", b["nodes"]).splitlines() if ln.strip()]
-            todo = [r["NodeName"] for r in rows if "NodeName" in r and
-                    not ("DRAIN" in r.get("State", "") and r.get("Reason", "").split(" [")[0] == reason)]
+            todo = [r.get("NodeName", "") for r in rows
+                    if not ("DRAIN" in r.get("State", "") and r.get("Reason", "").split(" [")[0] == reason)]
+            todo = [n for n in todo if n]
             if todo:
                 slurm("update", f"NodeName={','.join(todo)}", "State=DRAIN", f"Reason={reason}")
                 done.append(f"drained {','.join(todo)}: {reason}")
