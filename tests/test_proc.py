@@ -83,6 +83,8 @@ def test_no_module_runs_programs_but_proc() -> None:
     offenders = [
         str(p.relative_to(root))
         for p in sorted(root.rglob("*.py"))
-        if p.name != "proc.py" and re.search(r"subprocess\.(run|Popen|call|check_output|check_call)\(", p.read_text())
+        # slurmcmd.py is shipped alone to hosts (stdlib only, no clusterforge package there):
+        # it is the agents' own bounded wrapper, with the same timeout-and-error contract
+        if p.name not in ("proc.py", "slurmcmd.py") and re.search(r"subprocess\.(run|Popen|call|check_output|check_call)\(", p.read_text())
     ]
     assert offenders == []
