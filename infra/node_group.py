@@ -2,7 +2,8 @@
 
 One group is one Auto Scaling group with min = max = desired = ``count``: the number of Pulumi
 resources grows with groups, not with nodes (a 2,048-node cluster is a few dozen resources), and
-AWS replaces a failed instance by itself. Slurm node names are not baked into instances: each
+AWS replaces a failed instance by itself. Exception: a capacity-block group starts at
+min = desired = 0 and two scheduled actions follow the block's window (see ``block_schedule``). Slurm node names are not baked into instances: each
 instance claims a free name of its group's hostlist at first boot (clusterforge/aws/nodename.py,
 run by the launch template's user data).
 """
@@ -10,6 +11,7 @@ run by the launch template's user data).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 import pulumi
@@ -23,6 +25,33 @@ from clusterforge.resolve import ResolvedCluster
 from infra.common import TOKEN_PREFIX, child_opts, cluster_tags, instance_tags
 
 CapacityType = Literal["on_demand", "spot", "capacity_block", "reservation"]
+
+# AWS: scale a capacity-block group to 0 more than 30 minutes before the block ends (EC2 starts
+# terminating its instances then; facts.md 1.4 and 8.2). 35 leaves the ASG five minutes to act.
+SCALE_DOWN_BEFORE_END = timedelta(minutes=35)
+
+
+def utcnow() -> datetime:
+    """The time schedules are compared with (tests pin it)."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class BlockSchedule:
+    """How an ASG follows a capacity block: its initial min = desired, and the scheduled actions
+    (UTC time, min = desired) still in the future; AWS rejects a scheduled action in the past."""
+
+    initial: int
+    actions: tuple[tuple[str, datetime, int], ...]  # (name, time, size)
+
+
+def block_schedule(count: int, start: datetime, end: datetime, now: datetime) -> BlockSchedule:
+    down = end - SCALE_DOWN_BEFORE_END
+    if now >= down:  # the block is over (or nearly): nothing can launch any more
+        return BlockSchedule(0, ())
+    if now >= start:  # already running: start full, only the scale-down left
+        return BlockSchedule(count, (("scale-to-0", down, 0),))
+    return BlockSchedule(0, (("block-start", start, count), ("scale-to-0", down, 0)))
 
 
 @dataclass(frozen=True)
@@ -43,6 +72,9 @@ class NodeGroupArgs:
     capacity_type: CapacityType
     reservation_id: str | None
     user_data_b64: str
+    block_start: datetime | None = None
+    block_end: datetime | None = None
+    drain_at: datetime | None = None
 
     @classmethod
     def from_group(cls, rc: ResolvedCluster, group: NodeGroup) -> NodeGroupArgs:
@@ -76,7 +108,16 @@ class NodeGroupArgs:
             capacity_type=cloud.capacity.type,
             reservation_id=cloud.capacity.reservation_id,
             user_data_b64=base64_text(group_user_data(cluster, group)),
+            block_start=cloud.capacity.start,
+            block_end=cloud.capacity.end,
+            drain_at=cloud.capacity.end - timedelta(minutes=cloud.capacity.drain_minutes_before_end)
+            if cloud.capacity.end
+            else None,
         )
+
+
+def iso(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class ComputeGroup(pulumi.ComponentResource):
@@ -178,6 +219,11 @@ class ComputeGroup(pulumi.ComponentResource):
         mixed: aws.autoscaling.GroupMixedInstancesPolicyArgs | None = None
         launch_template: aws.autoscaling.GroupLaunchTemplateArgs | None = None
         if args.capacity_type == "spot":
+            # capacity_rebalance stays off: on a rebalance recommendation the ASG would launch a
+            # replacement and then terminate the at-risk instance itself (EC2 Auto Scaling User
+            # Guide, "Capacity Rebalancing"), i.e. a node Slurm did not drain, while the new
+            # instance finds every name of the group still held. The node agent acts on the
+            # two-minute interruption notice instead, and the ASG replaces the reclaimed instance.
             # Spot through a mixed-instances policy (0 % on-demand), the supported way for an ASG;
             # price-capacity-optimized picks the pools least likely to be interrupted.
             mixed = aws.autoscaling.GroupMixedInstancesPolicyArgs(
@@ -201,13 +247,26 @@ class ComputeGroup(pulumi.ComponentResource):
         else:
             launch_template = aws.autoscaling.GroupLaunchTemplateArgs(id=self.launch_template.id, version=lt_version)
 
+        size = args.count
+        schedule: BlockSchedule | None = None
+        asg_tags = dict(tags)
+        if args.capacity_type == "capacity_block" and args.block_start and args.block_end:
+            # AWS (EKS guide for self-managed nodes on Capacity Blocks, facts 8.2): desired 0 until
+            # the block is active, 0 again more than 30 min before its end; a fixed-size group
+            # would fail to launch before the start.
+            schedule = block_schedule(args.count, args.block_start, args.block_end, utcnow())
+            size = schedule.initial
+            asg_tags["clusterforge:capacity-window"] = (
+                f"{iso(args.block_start)}..{iso(args.block_end)} scale-to-0 {iso(args.block_end - SCALE_DOWN_BEFORE_END)}"
+                + (f" drain {iso(args.drain_at)}" if args.drain_at else "")
+            )
         self.auto_scaling_group = aws.autoscaling.Group(
             f"{name}-asg",
             # Fixed size: Slurm, not the ASG, decides what runs where; the ASG only keeps the
             # group whole by replacing instances that fail EC2 health checks.
-            min_size=args.count,
+            min_size=size,
             max_size=args.count,
-            desired_capacity=args.count,
+            desired_capacity=size,
             vpc_zone_identifiers=[subnet_id],
             launch_template=launch_template,
             mixed_instances_policy=mixed,
@@ -226,10 +285,29 @@ class ComputeGroup(pulumi.ComponentResource):
             # start hours later and large groups fill gradually; the Ansible stage waits instead.
             wait_for_capacity_timeout="0",
             tags=[
-                aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=False) for k, v in sorted(tags.items())
+                aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=False)
+                for k, v in sorted(asg_tags.items())
             ],
-            opts=child_opts(self),
+            # The scheduled actions change min/desired over the block's life; a later `pulumi up`
+            # must not put them back.
+            opts=child_opts(
+                self, pulumi.ResourceOptions(ignore_changes=["desiredCapacity", "minSize"]) if schedule else None
+            ),
         )
+        self.schedules: list[aws.autoscaling.Schedule] = []
+        for action, when, n in schedule.actions if schedule else ():
+            self.schedules.append(
+                aws.autoscaling.Schedule(
+                    f"{name}-{action}",
+                    scheduled_action_name=f"clusterforge-{action}",
+                    autoscaling_group_name=self.auto_scaling_group.name,
+                    start_time=iso(when),
+                    min_size=n,
+                    desired_capacity=n,
+                    max_size=args.count,
+                    opts=child_opts(self),
+                )
+            )
 
         self.register_outputs(
             {

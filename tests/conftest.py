@@ -14,3 +14,14 @@ EXAMPLE_SPECS = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
 @pytest.fixture
 def root() -> Path:
     return ROOT
+
+
+@pytest.fixture(autouse=True)
+def _pinned_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Infra compares capacity-block windows with the time; pin it so the examples' schedules
+    (p5-training: a block from 2027-01-04) do not change with the calendar."""
+    from datetime import UTC, datetime
+
+    import infra.node_group
+
+    monkeypatch.setattr(infra.node_group, "utcnow", lambda: datetime(2026, 12, 1, 12, 0, tzinfo=UTC))

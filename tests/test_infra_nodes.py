@@ -182,7 +182,6 @@ def test_reservation_group_targets_the_reservation() -> None:
 @pytest.mark.parametrize(
     ("example", "group", "count"),
     [
-        ("p5-training", "gpu", 16),
         ("p5-training", "cpu", 4),
         ("hybrid", "burst", 4),
     ],
@@ -204,6 +203,49 @@ def test_group_is_one_fixed_size_auto_scaling_group(example: str, group: str, co
     private = "private-a" if example == "p5-training" else "private-b"
     expect(asg, i["vpcZoneIdentifiers"] == [f"{example}-{private}-id"], "private subnet")
     expect(asg, i["waitForCapacityTimeout"] == "0", "up does not block on capacity")
+
+
+SCHEDULE = "aws:autoscaling/schedule:Schedule"
+
+
+def _block_run(start: str, end: str) -> object:
+    data = example_data("p5-training")
+    gpu = next(g for g in data["node_groups"] if g["name"] == "gpu")
+    gpu["cloud"]["capacity"].update(start=start, end=end)
+    return run_spec(data)
+
+
+def test_capacity_block_group_follows_the_window() -> None:
+    # conftest pins "now" to 2026-12-01T12:00Z; the example's block is 2027-01-04 .. 2027-01-18 11:30Z
+    rec = run_example("p5-training")
+    asg = one(rec, ASG, "p5-training-gpu-asg")
+    i = asg.inputs
+    expect(asg, (i["minSize"], i["desiredCapacity"], i["maxSize"]) == (0, 0, 16), "0 until the block starts")
+    tags = {t["key"]: t["value"] for t in i["tags"]}
+    expect(asg, tags["clusterforge:capacity-window"] == "2027-01-04T11:30:00Z..2027-01-18T11:30:00Z "
+           "scale-to-0 2027-01-18T10:55:00Z drain 2027-01-18T10:30:00Z", "window tag for the plan")
+    got = sorted((s.inputs["scheduledActionName"], s.inputs["startTime"], s.inputs["minSize"],
+                  s.inputs["desiredCapacity"], s.inputs["maxSize"], s.inputs["autoscalingGroupName"])
+                 for s in of_type(rec, SCHEDULE))
+    assert got == [
+        ("clusterforge-block-start", "2027-01-04T11:30:00Z", 16, 16, 16, "p5-training-gpu-asg"),
+        ("clusterforge-scale-to-0", "2027-01-18T10:55:00Z", 0, 0, 16, "p5-training-gpu-asg"),
+    ]
+    assert all(s.parent_urn == asg.parent_urn for s in of_type(rec, SCHEDULE)), "schedules hang below the group"
+
+
+def test_capacity_block_already_started_starts_full_without_a_past_schedule() -> None:
+    rec = _block_run("2026-11-30T11:30:00Z", "2026-12-02T11:30:00Z")
+    asg = one(rec, ASG, "p5-training-gpu-asg")
+    expect(asg, (asg.inputs["minSize"], asg.inputs["desiredCapacity"]) == (16, 16), "running block: full")
+    assert [s.inputs["startTime"] for s in of_type(rec, SCHEDULE)] == ["2026-12-02T10:55:00Z"]
+
+
+def test_capacity_block_over_has_no_schedules() -> None:
+    rec = _block_run("2026-11-20T11:30:00Z", "2026-12-01T12:20:00Z")  # scale-to-0 time 11:45 passed
+    asg = one(rec, ASG, "p5-training-gpu-asg")
+    expect(asg, (asg.inputs["minSize"], asg.inputs["desiredCapacity"]) == (0, 0), "block over: 0")
+    assert of_type(rec, SCHEDULE) == []
 
 
 def test_inventory_tags_on_instances_and_templates() -> None:

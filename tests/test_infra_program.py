@@ -38,6 +38,7 @@ COMPONENTS = {
 EXPECTED_COUNTS = {
     "p5-training": {
         "aws:autoscaling/group:Group": 2,
+        "aws:autoscaling/schedule:Schedule": 2,
         "aws:dynamodb/table:Table": 1,
         "aws:ec2/eip:Eip": 1,
         "aws:ec2/instance:Instance": 2,

@@ -144,6 +144,8 @@ def _small_p5() -> dict[str, object]:
     for g in data["node_groups"]:
         if g["name"] == "gpu":
             g["cloud"]["count"] = 3
+            # a block already running at the pinned now (tests/conftest.py), so the ASG starts full
+            g["cloud"]["capacity"].update(start="2026-11-30T11:30:00Z", end="2026-12-14T11:30:00Z")
         if g["name"] == "cpu":
             g["cloud"]["count"] = 2
     return data

@@ -120,6 +120,10 @@ def test_text_format() -> None:
     assert "slurm/slurm.conf -> /etc/slurm/slurm.conf" in text
     assert 'controller_address = "(known after apply)"' in text
     assert "/h  total" in text
+    assert ("p5-training-gpu-asg  size 0/0/16 (min/desired/max), capacity block 2027-01-04T11:30:00Z.."
+            "2027-01-18T11:30:00Z scale-to-0 2027-01-18T10:55:00Z drain 2027-01-18T10:30:00Z") in text
+    assert "p5-training-gpu-block-start  at 2027-01-04T11:30:00Z: min/desired 16/16" in text
+    assert "p5-training-gpu-scale-to-0  at 2027-01-18T10:55:00Z: min/desired 0/0" in text
 
 
 def test_on_prem_only_spec_has_nothing_to_plan() -> None:

@@ -305,3 +305,50 @@ def test_validate_cli_exit_codes(tmp_path: Path) -> None:
     assert code == 1 and "efa-needs-placement" in text and "fix:" in text
     code, _ = run_cli("validate", str(EXAMPLES / "p5-training.yaml"))
     assert code == 0
+
+
+def _gpu_capacity(**changes: object) -> dict[str, object]:
+    data = raw("p5-training.yaml")
+    cap = data["node_groups"][2]["cloud"]["capacity"]
+    for k, v in changes.items():
+        if v is None:
+            cap.pop(k, None)
+        else:
+            cap[k] = v
+    return data
+
+
+def test_capacity_block_window_is_utc() -> None:
+    data = _gpu_capacity(start="2027-01-04T12:30:00+01:00")
+    cap = parse_spec(data, "p5.yaml").node_groups[2].cloud.capacity  # type: ignore[union-attr]
+    assert cap.start is not None and cap.start.isoformat() == "2027-01-04T11:30:00+00:00"
+    assert cap.drain_minutes_before_end == 60
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"start": None}, ["start is missing", "add e.g. start:"]),
+        ({"end": None}, ["end is missing"]),
+        ({"start": "2027-01-04T11:30:00"}, ["timezone"]),  # naive: which zone is unknown
+        ({"end": "2027-01-04T11:30:00Z"}, ["is not after start"]),
+        ({"drain_minutes_before_end": 30}, ["drain_minutes_before_end", "35"]),
+        ({"end": "2027-01-04T12:00:00Z"}, ["not shorter than the block"]),
+    ],
+)
+def test_capacity_block_window_errors(changes: dict[str, object], words: list[str]) -> None:
+    with pytest.raises(SpecError) as exc:
+        parse_spec(_gpu_capacity(**changes), "p5.yaml")
+    msg = str(exc.value)
+    assert "node_groups[2].cloud.capacity" in msg
+    for w in words:
+        assert w in msg, msg
+
+
+def test_window_only_for_capacity_blocks() -> None:
+    data = raw("hybrid.yaml")
+    burst = next(g for g in data["node_groups"] if g["name"] == "burst")
+    burst["cloud"]["capacity"] = {"type": "spot", "start": "2027-01-04T11:30:00Z"}
+    with pytest.raises(SpecError) as exc:
+        parse_spec(data, "hybrid.yaml")
+    assert "only used with type capacity_block" in str(exc.value)

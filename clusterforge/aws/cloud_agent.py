@@ -128,8 +128,18 @@ def sync_topology(cfg: dict[str, Any], ec2: Any, template_dir: str, runner: Runn
     return True
 
 
-def tick(cfg: dict[str, Any], ec2: Any, template_dir: str, runner: Runner, now: dt.datetime) -> None:
-    """Topology, then capacity blocks; each error is logged and left for the next tick."""
+def _capacity() -> Any:
+    try:
+        from clusterforge.aws import capacity
+    except ImportError:
+        import capacity  # type: ignore[no-redef, import-not-found]
+    return capacity
+
+
+def tick(cfg: dict[str, Any], ec2: Any, template_dir: str, runner: Runner, now: dt.datetime,
+         clock: Any = None) -> None:
+    """Topology, then capacity blocks; each error is logged and left for the next tick. ``now`` is
+    the capacity windows' time (``clock``'s virtual time when a test moves it)."""
     if cfg.get("topology"):
         try:
             sync_topology(cfg, ec2, template_dir, runner)
@@ -137,11 +147,8 @@ def tick(cfg: dict[str, Any], ec2: Any, template_dir: str, runner: Runner, now: 
             log(f"topology sync failed, retrying next tick: {type(exc).__name__}: {exc}")
     if cfg.get("capacity_blocks"):
         try:
-            try:
-                from clusterforge.aws import capacity
-            except ImportError:
-                import capacity  # type: ignore[no-redef, import-not-found]
-            capacity.tick(cfg, now)
+            for line in _capacity().tick(cfg, now, clock=clock):
+                log(line)
         except Exception as exc:
             log(f"capacity-block tick failed, retrying next tick: {type(exc).__name__}: {exc}")
 
@@ -178,13 +185,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", type=float, default=60.0, help="seconds between ticks (default 60)")
     ap.add_argument("--once", action="store_true", help="one tick, then exit")
     ap.add_argument("--template-dir", default=TEMPLATE_DIR)
+    ap.add_argument("--run-for", type=float, default=None,
+                    help="exit after this many seconds (a bounded run, e.g. with a moved clock in a test)")
+    capacity = _capacity()
+    capacity.Clock.add_arguments(ap)
     a = ap.parse_args(argv)
+    try:
+        clock = capacity.Clock.from_args(a.clock_scale, a.clock_start)
+    except ValueError as exc:
+        ap.error(str(exc))
     cfg = load_config(a.config)
     ec2 = ec2_client(cfg["region"])
+    end = None if a.run_for is None else time.monotonic() + a.run_for
     while True:
         started = time.monotonic()
-        tick(cfg, ec2, a.template_dir, run_command, dt.datetime.now(dt.UTC))
-        if a.once:
+        tick(cfg, ec2, a.template_dir, run_command, clock.now(), clock)
+        if a.once or (end is not None and time.monotonic() >= end):
             return 0
         time.sleep(max(0.0, a.interval - (time.monotonic() - started)))
 

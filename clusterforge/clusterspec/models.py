@@ -7,10 +7,11 @@ level (error, warning, info).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from clusterforge import hostlist
 from clusterforge.clusterspec.types import (
@@ -63,6 +64,53 @@ class Capacity(Model):
     reservation_id: Annotated[str | None, Field(pattern=r"^cr-[0-9a-f]{8,17}$")] = Field(
         None, description="capacity reservation id (cr-...), required for capacity_block and reservation"
     )
+
+    start: AwareDatetime | None = Field(
+        None, description="capacity_block only: when the block starts (ISO 8601 with a zone, e.g. 2027-01-04T11:30:00Z)"
+    )
+    end: AwareDatetime | None = Field(
+        None, description="capacity_block only: when the block ends (ISO 8601 with a zone)"
+    )
+    # >= 35: EC2 begins terminating a Capacity Block's instances 30 minutes before its end
+    # ("Capacity Block Expiration Warning" 40 min before, termination 10 min later; EC2 User Guide,
+    # capacity-blocks-monitor; facts.md 1.4), and the ASG scales to 0 at end - 35 min (facts 8.2).
+    drain_minutes_before_end: Annotated[int, Field(ge=35)] = Field(
+        60, description="capacity_block only: Slurm drains the group's nodes this long before the block ends"
+    )
+
+    @field_validator("start", "end")
+    @classmethod
+    def _utc(cls, v: datetime | None) -> datetime | None:
+        return v.astimezone(UTC) if v is not None else None
+
+    @model_validator(mode="after")
+    def _window_matches_type(self) -> Capacity:
+        if self.type == "capacity_block":
+            for name in ("start", "end"):
+                if getattr(self, name) is None:
+                    raise ValueError(
+                        f"{name} is missing: a capacity_block needs the block's window (start and end, as "
+                        "shown by `aws ec2 describe-capacity-reservations`: StartDate/EndDate); "
+                        f"add e.g. {name}: 2026-12-01T11:30:00Z"
+                    )
+            assert self.start is not None and self.end is not None
+            if self.end <= self.start:
+                raise ValueError(
+                    f"end={self.end.isoformat()} is not after start={self.start.isoformat()}: a block ends after it "
+                    "starts; check the reservation's StartDate/EndDate"
+                )
+            if (self.end - self.start).total_seconds() <= self.drain_minutes_before_end * 60:
+                raise ValueError(
+                    f"drain_minutes_before_end={self.drain_minutes_before_end} is not shorter than the block "
+                    f"({self.start.isoformat()} .. {self.end.isoformat()}): the nodes would be drained before they "
+                    "start; lower it (>= 35) or fix the window"
+                )
+        elif self.start is not None or self.end is not None:
+            raise ValueError(
+                f"start/end are only used with type capacity_block, not {self.type!r}: other capacity has no "
+                "window; remove them"
+            )
+        return self
 
     @model_validator(mode="after")
     def _reservation_matches_type(self) -> Capacity:

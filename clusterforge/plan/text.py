@@ -132,7 +132,10 @@ def _rule(p: dict[str, Any]) -> str:
 
 def _asg(p: dict[str, Any]) -> str:
     spot = " spot" if p.get("mixedInstancesPolicy") else ""
-    return f"size {p.get('minSize')}/{p.get('desiredCapacity')}/{p.get('maxSize')} (min/desired/max){spot}"
+    tags = {t.get("key"): t.get("value") for t in p.get("tags") or [] if isinstance(t, dict)}
+    window = tags.get("clusterforge:capacity-window")  # start..end, scale-to-0 and drain times
+    block = f", capacity block {window}" if window else ""
+    return f"size {p.get('minSize')}/{p.get('desiredCapacity')}/{p.get('maxSize')} (min/desired/max){spot}{block}"
 
 
 SUMMARY: dict[str, Callable[[dict[str, Any]], str]] = {
@@ -145,6 +148,9 @@ SUMMARY: dict[str, Callable[[dict[str, Any]], str]] = {
     "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": lambda p: "out " + _rule(p),
     "aws:ec2/launchTemplate:LaunchTemplate": _lt,
     "aws:autoscaling/group:Group": _asg,
+    "aws:autoscaling/schedule:Schedule": lambda p: (
+        f"at {p.get('startTime')}: min/desired {p.get('minSize')}/{p.get('desiredCapacity')}"
+    ),
     "aws:ec2/placementGroup:PlacementGroup": lambda p: f"strategy={p.get('strategy')}",
     "aws:ec2/instance:Instance": lambda p: (
         f"{p.get('instanceType')}, public IP={p.get('associatePublicIpAddress')}, "
