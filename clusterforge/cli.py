@@ -241,7 +241,7 @@ def configure_cmd(
 def retire_cmd(
     spec: SpecArg,
     nodes: Annotated[str, typer.Argument(help="the nodes to retire, e.g. 'gpu-[003-004]' (the diff's drain list)")],
-    requeue: Annotated[bool, typer.Option("--requeue", help="requeue their requeueable jobs instead of waiting")] = False,
+    requeue: Annotated[bool, typer.Option("--requeue", help="requeue their requeueable jobs, do not wait")] = False,
     drain_timeout: Annotated[int, typer.Option(help="seconds to wait for their jobs to end")] = 3600,
     stack_outputs: Annotated[Path | None, typer.Option(help="Pulumi stack outputs JSON (AWS)")] = None,
     inventory_dir: Annotated[Path | None, typer.Option(help="default inventories/generated/<cluster>")] = None,
@@ -465,7 +465,7 @@ def local_interrupt_cmd(
 @local_app.command("retire")
 def local_retire_cmd(
     nodes: Annotated[str, typer.Argument(help="nodes to retire, e.g. 'gpu-[003-004]'")],
-    requeue: Annotated[bool, typer.Option("--requeue", help="requeue their requeueable jobs instead of waiting")] = False,
+    requeue: Annotated[bool, typer.Option("--requeue", help="requeue their requeueable jobs, do not wait")] = False,
     drain_timeout: Annotated[int, typer.Option(help="seconds to wait for their jobs to end")] = 600,
     state: StateOpt = None,
 ) -> None:

@@ -189,6 +189,10 @@ def test_moto_runs_the_plans_groups_and_replaces_a_terminated_instance(tmp_path:
             assert i.user_data == gpu_user_data
 
         autoscaling = cloud.client("autoscaling", server.endpoint, "us-east-1")
+        # the plan's scale-in protection reached the group: only retire picks who leaves
+        group = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["p5-training-gpu-asg"])
+        members = group["AutoScalingGroups"][0]["Instances"]
+        assert len(members) == 3 and all(m["ProtectedFromScaleIn"] for m in members), members
         gone = gpu[0].instance_id
         autoscaling.terminate_instance_in_auto_scaling_group(InstanceId=gone, ShouldDecrementDesiredCapacity=False)
         after = cloud.instances(server.endpoint, "p5-training", region="us-east-1")

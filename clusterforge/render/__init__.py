@@ -10,6 +10,8 @@ restart policy), ``result``/``writer``/``yamlfile`` (files, atomic writes, YAML 
 
 from __future__ import annotations
 
+import dataclasses
+
 from pathlib import Path
 from typing import Any
 
@@ -284,7 +286,12 @@ def render(rc: ResolvedCluster) -> RenderResult:
     if agents.wanted(c):
         topo_files = [f for f in files if f.name in ("slurm/topology.conf", "slurm/topology.yaml")]
         topo_path = topo_files[0].node_path if topo_files else None
-        add_text("cloud/agent.json", agents.agent_config(c, ver, t, topo_path), agents.AGENT_CONFIG_PATH, ctl_groups)
+        agent_cfg = agents.agent_config(c, ver, t, topo_path)
+        if topo_files and t.plugin == "topology/tree" and t.basis is not None:
+            # the controller's cloud agent rewrites the tree from EC2: Ansible installs the render's
+            # copy there once (the per-group fallback) and never puts it back over the agent's
+            files[files.index(topo_files[0])] = dataclasses.replace(topo_files[0], kept_on=ctl_groups)
+        add_text("cloud/agent.json", agent_cfg, agents.AGENT_CONFIG_PATH, ctl_groups)
         cloud_compute = tuple(g.name for g in c.node_groups if g.is_cloud and g.role == "compute")
         add_text("cloud/node-agent.json", agents.node_agent_config(c), agents.NODE_AGENT_CONFIG_PATH, cloud_compute)
     if dbd is not None:

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from clusterforge.errors import ClusterforgeError
 
@@ -69,6 +69,20 @@ class ManifestFile(_M):
     sha256: str
     secret_refs: tuple[str, ...] = ()
     on_change: OnChange
+    kept_on: tuple[str, ...] = Field(
+        (),
+        description="node groups where a program on the host keeps the file after its first install "
+        "(the controller's cloud agent rewrites topology.conf from EC2): Ansible installs it there only "
+        "when it is missing",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_empty_kept_on(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # most files are kept by nobody: leave the key out, so manifests only show where it applies
+        data: dict[str, Any] = handler(self)
+        if not data.get("kept_on"):
+            data.pop("kept_on", None)
+        return data
 
 
 class SlurmdbdLayout(_M):

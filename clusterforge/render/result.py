@@ -32,6 +32,7 @@ class RenderedFile:
     secret_refs: tuple[str, ...] = ()
     owner: str = "root"
     daemon_hosts: tuple[tuple[str, str], ...] = ()  # (daemon, hostlist) of the hosts that run it for this file
+    kept_on: tuple[str, ...] = ()  # node groups whose hosts keep the file after its first install
 
     @property
     def sha256(self) -> str:
@@ -49,6 +50,7 @@ class RenderedFile:
             sha256=self.sha256,
             secret_refs=self.secret_refs,
             on_change=on_change_for(self.name, self.daemons, dict(self.daemon_hosts)),
+            kept_on=self.kept_on,
         )
 
 

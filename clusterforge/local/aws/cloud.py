@@ -330,6 +330,8 @@ def populate(endpoint: str, rc: ResolvedCluster, recording: Recording, *, net: s
             LaunchTemplate={"LaunchTemplateId": lts[group], "Version": "$Latest"},
             VPCZoneIdentifier=subnet_id,
             HealthCheckType=str(r.inputs.get("healthCheckType", "EC2")),
+            # the plan's scale-in protection: a lowered size cannot pick instances (retire can)
+            NewInstancesProtectedFromScaleIn=bool(r.inputs.get("protectFromScaleIn", False)),
             Tags=[{"ResourceId": r.name, "ResourceType": "auto-scaling-group", "Key": t["key"],
                    "Value": str(t["value"]), "PropagateAtLaunch": bool(t.get("propagateAtLaunch", False))}
                   for t in tags_in],
