@@ -11,7 +11,6 @@ restart policy), ``result``/``writer``/``yamlfile`` (files, atomic writes, YAML 
 from __future__ import annotations
 
 import dataclasses
-
 from pathlib import Path
 from typing import Any
 
