@@ -51,7 +51,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
     # plus one node of a Capacity Block that started an hour ago (so its group runs at full size)
     # and ends in two days; the capacity-block test moves the agent's clock, not the block
     start, end = ((datetime.now(UTC) + timedelta(hours=h)).strftime("%Y-%m-%dT%H:%M:%SZ") for h in (-1, 48))
-    text = text.replace("partitions:\n", f"""  - name: cb
+    assert "\n# topology/tree from the start" in text and text.count("partitions:\n") == 1
+    text = text.replace("\n# topology/tree from the start", f"""
+  - name: cb
     role: compute
     cloud:
       instance_type: p5.48xlarge
@@ -59,8 +61,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
       subnet: private-a
       capacity: {{type: capacity_block, reservation_id: {CB_ID}, start: "{start}", end: "{end}"}}
     fabric: {{type: ethernet, socket_ifname: "=eth0"}}
-partitions:
-  - {{name: cb, node_groups: [cb], max_time: "1-00:00:00"}}
+# topology/tree from the start""").replace("partitions:\n", """partitions:
+  - {name: cb, node_groups: [cb], max_time: "1-00:00:00"}
 """)
     spec.write_text(text)
     lc = LocalCluster(tmp / "state")
