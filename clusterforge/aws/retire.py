@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -52,9 +51,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 try:  # in the package (tests, controller tooling) or next to nodename.py on the controller
-    from clusterforge.aws import nodename
+    from clusterforge.aws import nodename, slurmcmd
 except ImportError:  # pragma: no cover - the host layout
     import nodename  # type: ignore[import-not-found,no-redef]
+    import slurmcmd  # type: ignore[import-not-found,no-redef]
 
 REASON = "scale-in: retired by clusterforge"  # the contract's string (the e2e test greps it)
 TAG_CLUSTER = "clusterforge:cluster"
@@ -83,14 +83,12 @@ class SlurmError(RetireError):
 
 
 def run(argv: list[str], timeout: float) -> str:
-    """The default :class:`Runner`: the command from PATH, bounded by ``timeout``."""
+    """The default :class:`Runner`: the agents' bounded wrapper (slurmcmd), its failure as this
+    module's :class:`SlurmError` (an exit status the CLI maps)."""
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise SlurmError(argv, str(e)) from None
-    if p.returncode:
-        raise SlurmError(argv, (p.stderr or p.stdout).strip() or f"exit status {p.returncode}")
-    return p.stdout
+        return slurmcmd.run(*argv, timeout=timeout)
+    except slurmcmd.SlurmError as e:
+        raise SlurmError(argv, str(e).removeprefix(" ".join(argv) + ": ")) from None
 
 
 # --------------------------------------------------------------------------------- Slurm
