@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """``clusterforge-cloud-agent``: the controller's loop that keeps topology.conf on the instances' EC2 placement.
 
 Shipped verbatim to ``/usr/local/lib/clusterforge-agents/`` with ``hostlist``, ``tree``,
