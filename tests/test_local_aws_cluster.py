@@ -290,7 +290,7 @@ def test_a_spot_notice_drains_signals_and_requeues(cluster: tuple[LocalCluster, 
     job runs again on another node."""
     import shlex
 
-    from clusterforge.local.aws.flavour import interrupt, withdraw_notice
+    from clusterforge.local.aws.flavour import interrupt
 
     lc, _ = cluster
     job = sh(lc, "head-001", f"printf %s {shlex.quote(CHECKPOINT_JOB)} > /root/ckpt.sh && sbatch --parsable /root/ckpt.sh").strip()
@@ -315,8 +315,27 @@ def test_a_spot_notice_drains_signals_and_requeues(cluster: tuple[LocalCluster, 
         again = wait_for("the requeued job to run again", rerun, 240, every=3)
         assert f" NodeList={node} " not in again, again  # elsewhere: the interrupted node is drained
     finally:
-        withdraw_notice(lc.aws(), node)
-        sh(lc, "head-001", f"scancel {job}; scontrol update nodename={node} state=resume || true")
+        sh(lc, "head-001", f"scancel {job}")
+
+    # EC2 takes the instance at the notice's time; the group's replacement claims the name, joins,
+    # and its node agent lifts the previous instance's drain: the name takes work again by itself
+    from clusterforge.local.cluster import in_netns
+
+    aws = lc.aws()
+    old = lc.layout().node(node).instance_id
+    with in_netns(aws.bridge_ns):
+        _ec2, asg, _ddb = aws.clients()
+        asg.terminate_instance_in_auto_scaling_group(InstanceId=old, ShouldDecrementDesiredCapacity=False)
+    p = subprocess.run([*CLI, "local", "rejoin", "--state", str(lc.state)], capture_output=True, text=True,
+                       timeout=1200, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert lc.layout().node(node).instance_id != old
+
+    def serving() -> bool:
+        info = node_info(lc, node)
+        return "DRAIN" not in info["State"] and info["State"].split("+")[0] == "IDLE"
+
+    wait_for(f"{node}'s replacement to take work without an operator's resume", serving, 60, every=2)
 
 
 def test_capacity_block_nodes_wait_for_the_block_and_drain_before_its_end(

@@ -171,3 +171,64 @@ def test_slurmcmd_errors_name_the_command() -> None:
         slurmcmd.run("sleep", "5", timeout=0.2)
     with pytest.raises(slurmcmd.SlurmError, match="no-such-binary"):
         slurmcmd.run("no-such-binary-cf")
+
+
+class NodeSlurm(FakeSlurm):
+    """FakeSlurm that also answers `scontrol show node -o` with one node line as 22.05 prints it."""
+
+    def __init__(self, state: str, reason: str) -> None:
+        super().__init__({})
+        self.line = (f"NodeName=c-001 Arch=x86_64 CoresPerSocket=1 State={state} ThreadsPerCore=1 "
+                     f"Reason={reason} [root@2026-12-01T12:59:00]\n")
+
+    def __call__(self, *cmd: str, timeout: float = 0) -> str:
+        if cmd[1:3] == ("show", "node"):
+            self.calls.append(cmd)
+            return self.line
+        return super().__call__(*cmd, timeout=timeout)
+
+
+RESUME = ("scontrol", "update", "NodeName=c-001", "State=RESUME")
+MINE = "i-0aaaabbbbcccc1111"  # this instance's id, as its metadata serves it
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "resumed"),
+    [
+        # the rejoin step's DOWN reason names the departed instance: not this one (i-0abc)
+        ("IDLE+DRAIN", "instance i-0123456789abcdef0 terminated", True),
+        # the previous instance's spot drain, and this instance has no notice
+        ("IDLE+DRAIN", "spot interruption: terminate at 2026-12-01T12:58:00Z", True),
+        ("DOWN+DRAIN", "scheduled event instance-stop: not before 1 Dec 2026 12:00:00 GMT", True),
+        # drains that are not about an earlier instance stay
+        ("IDLE+DRAIN", f"instance {MINE} terminated", False),
+        ("IDLE+DRAIN", "capacity block cr-0a1b2c3d4e5f60718 ends at 2026-12-03T12:00:00Z", False),
+        ("IDLE+DRAIN", "scale-in: retired by clusterforge", False),
+        ("IDLE+DRAIN", "gpu health check failed", False),
+        ("IDLE", "none", False),
+    ],
+)
+def test_a_replacement_lifts_the_previous_instances_drain(
+    imds: tuple[Path, InstanceData], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    state: str, reason: str, resumed: bool,
+) -> None:
+    from dataclasses import replace
+
+    path, data = imds
+    write_data(path, replace(data, instance_id=MINE))
+    fake = NodeSlurm(state, reason)
+    a = agent(tmp_path, fake, monkeypatch, [])
+    assert a.resume_stale_drain() is resumed
+    assert (RESUME in fake.calls) is resumed
+
+
+def test_a_drain_for_this_instances_own_notice_stays(
+    imds: tuple[Path, InstanceData], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    path, data = imds
+    write_data(path, replace(data, spot_action=SpotAction("terminate", "2026-12-01T13:02:00Z")))
+    fake = NodeSlurm("IDLE+DRAIN", "spot interruption: terminate at 2026-12-01T13:02:00Z")
+    assert agent(tmp_path, fake, monkeypatch, []).resume_stale_drain() is False
+    assert RESUME not in fake.calls

@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import socket
 import sys
@@ -96,6 +97,11 @@ def parse_time(text: str) -> datetime:
     except ValueError:
         t = parsedate_to_datetime(text.replace(" GMT", " +0000") if "," not in text else text)
     return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+#: the drain reasons this agent writes (the contract's strings), and an EC2 instance id
+NOTICE_REASONS = ("spot interruption: ", "scheduled event ")
+INSTANCE_ID = re.compile(r"\bi-[0-9a-f]{8,17}\b")
 
 
 class Imds:
@@ -229,6 +235,38 @@ class Agent:
         for j in jobs:
             self._requeue(j)
 
+    def resume_stale_drain(self) -> bool:
+        """At start: a drain this name kept from its previous instance is lifted.
+
+        When an instance is lost its name's node stays DRAIN in slurmctld (a DOWN keeps the flag,
+        src/slurmctld/node_mgr.c _make_node_down), so the replacement that claims the name would
+        register and never take work. The drain is the previous instance's when its reason names
+        another instance id (``instance i-... terminated``, from the rejoin step) or is one of this
+        agent's interruption reasons while this instance has no notice. Capacity-block, scale-in,
+        health-check and operator drains are left alone. True when the node was resumed."""
+        try:
+            me = self.imds.get("instance-id") or ""
+            current = notices(self.imds)
+            rows = slurmcmd.scontrol("show", "node", "-o", self.node).splitlines()
+        except (OSError, ValueError, KeyError, TypeError, slurmcmd.SlurmError) as e:
+            log(f"cannot check {self.node} for a previous instance's drain: {e}")
+            return False
+        f = slurmcmd.fields(rows[0]) if rows else {}
+        if "DRAIN" not in f.get("State", ""):
+            return False
+        reason = f.get("Reason", "").split(" [")[0]  # scontrol appends " [user@time]"
+        ids = INSTANCE_ID.findall(reason)
+        ours = reason.startswith(NOTICE_REASONS) and not current
+        if not ((ids and me and me not in ids) or ours):
+            return False
+        try:
+            slurmcmd.scontrol("update", f"NodeName={self.node}", "State=RESUME")
+        except slurmcmd.SlurmError as e:
+            log(f"{self.node}: could not lift the previous instance's drain ({reason}): {e}")
+            return False
+        log(f"{self.node}: resumed: the drain was for the name's previous instance ({reason})")
+        return True
+
     def _signal(self, job: str) -> bool:
         try:
             req = batch_signal(slurmcmd.scontrol("write", "batch_script", job, "-"))
@@ -277,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     agent = Agent(node, cfg, Imds())
     poll_s = args.poll if args.poll is not None else float(cfg["poll_s"])
     log(f"watching instance metadata for {node} every {poll_s:g}s")
+    agent.resume_stale_drain()
     while True:
         agent.poll()
         if args.once:
