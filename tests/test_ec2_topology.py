@@ -270,6 +270,24 @@ def test_standin_answers_from_moto_with_pagination(tmp_path: Path) -> None:
         with pytest.raises(Exception, match="InvalidParameterCombination"):
             ec2.describe_instance_topology(InstanceIds=[ids[0]], MaxResults=5)
         assert len(ec2.describe_instances()["Reservations"]) == 2  # everything else is moto's
+
+        # a botocore older than the operation (Debian 12's 1.29) has no client method: the same
+        # Query request through botocore's signer gives the client's answer, errors included
+        from clusterforge.aws import ec2query, ec2topology
+
+        class OldClient:
+            """The client as an old botocore builds it: everything but describe_instance_topology."""
+
+            def __init__(self, c: object) -> None:
+                self.meta, self._request_signer = c.meta, c._request_signer  # type: ignore[attr-defined]
+
+        old = OldClient(ec2)
+        assert not hasattr(old, "describe_instance_topology")
+        assert ec2topology.describe_topology(old, ids).instances == ec2topology.describe_topology(ec2, ids).instances
+        assert ec2query.describe_instance_topology(old, MaxResults=2)["Instances"] == pages[0]
+        assert ec2query.describe_instance_topology(old, MaxResults=2)["NextToken"]
+        with pytest.raises(ec2query.Ec2QueryError, match="InvalidParameterCombination"):
+            ec2query.describe_instance_topology(old, InstanceIds=[ids[0]], MaxResults=5)
     finally:
         p.terminate()
         p.wait(10)

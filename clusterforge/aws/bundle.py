@@ -30,6 +30,7 @@ _FILES: dict[str, tuple[tuple[Path, str], ...]] = {
     "controller": (
         (_PKG / "aws" / "cloud_agent.py", "cloud_agent.py"),
         (_PKG / "aws" / "ec2topology.py", "ec2topology.py"),
+        (_PKG / "aws" / "ec2query.py", "ec2query.py"),
         (_PKG / "aws" / "capacity.py", "capacity.py"),
         (_PKG / "aws" / "retire.py", "retire.py"),
         (_PKG / "aws" / "nodename.py", "nodename.py"),

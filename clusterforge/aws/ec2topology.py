@@ -108,6 +108,17 @@ def _chunks(ids: list[str], n: int = MAX_IDS) -> Iterable[list[str]]:
         yield ids[i : i + n]
 
 
+def _describe(ec2: Any, kw: dict[str, Any]) -> Any:
+    if hasattr(ec2, "describe_instance_topology"):
+        return ec2.describe_instance_topology(**kw)
+    # a botocore older than the operation (Debian 12's 1.29): the same request, signed by botocore
+    try:
+        from clusterforge.aws import ec2query
+    except ImportError:  # next to this file on the controller
+        import ec2query  # type: ignore[import-not-found, no-redef]
+    return ec2query.describe_instance_topology(ec2, **kw)
+
+
 def describe_topology(ec2: Any, instance_ids: Iterable[str]) -> Topology:
     """DescribeInstanceTopology for ``instance_ids``: chunks of 100 ids, every NextToken page followed."""
     ids = sorted(set(instance_ids))
@@ -118,7 +129,7 @@ def describe_topology(ec2: Any, instance_ids: Iterable[str]) -> Topology:
             kw: dict[str, Any] = {"InstanceIds": chunk}
             if token:
                 kw["NextToken"] = token
-            resp = ec2.describe_instance_topology(**kw)
+            resp = _describe(ec2, kw)
             for it in parse_instances(resp.get("Instances", []), "DescribeInstanceTopology.Instances"):
                 topo.instances[it.instance_id] = it
             token = resp.get("NextToken") or None
