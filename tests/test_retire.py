@@ -259,7 +259,7 @@ def test_default_runner_bounds_and_reports() -> None:
     assert retire.run(["sh", "-c", "echo ok"], 5) == "ok\n"
     with pytest.raises(retire.SlurmError, match="boom"):
         retire.run(["sh", "-c", "echo boom >&2; exit 1"], 5)
-    with pytest.raises(retire.SlurmError, match="no answer within 0.2s"):
+    with pytest.raises(retire.SlurmError, match=r"no answer within 0\.2s"):
         retire.run(["sleep", "5"], 0.2)
 
 
