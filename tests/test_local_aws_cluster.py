@@ -169,7 +169,7 @@ def test_inventory_is_the_real_aws_ec2_plugin(cluster: tuple[LocalCluster, dict[
     assert p.returncode == 0, p.stderr
     data = json.loads(p.stdout)
     hosts = data["_meta"]["hostvars"]
-    assert sorted(hosts) == ["gpu-001", "gpu-002", "gpu-003", "gpu-004", "head-001"]
+    assert sorted(hosts) == ALL
     assert sorted(data["local_aws_gpu"]["hosts"]) == GPUS
     for n in layout.nodes:
         addr = hosts[n.name]["ansible_host"]
