@@ -48,7 +48,9 @@ def synthetic_spec() -> dict[str, Any]:
         az = "a" if i % 2 == 0 else "b"
         capacity: dict[str, Any] = {"type": "on_demand"}
         if i >= GPU_GROUPS // 2:
-            capacity = {"type": "capacity_block", "reservation_id": f"cr-0{i:016x}"}
+            # a fixed two-week window (as p5-training's): the plan then has its two scheduled actions
+            capacity = {"type": "capacity_block", "reservation_id": f"cr-0{i:016x}",
+                        "start": "2027-01-04T11:30:00Z", "end": "2027-01-18T11:30:00Z"}
         groups.append(
             {
                 "name": f"gpu{i:02d}",
