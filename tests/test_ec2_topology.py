@@ -214,8 +214,8 @@ def test_agent_yaml_for_2505_equals_renderer(tmp_path: Path) -> None:
     spec = (EXAMPLES / "hybrid.yaml").read_text().replace('version: "23.11"', 'version: "25.05"')
     (tmp_path / "s.yaml").write_text(spec)
     res = render_cluster(load_spec(tmp_path / "s.yaml"), base_dir=EXAMPLES)
-    if "slurm/topology.yaml" not in res.files:
-        pytest.skip("hybrid at 25.05 renders no topology.yaml")
+    # 25.05 reads topology.yaml instead of topology.conf: the render has it and not the .conf
+    assert "slurm/topology.yaml" in res.files and "slurm/topology.conf" not in res.files
     cfg = json.loads(res.files["cloud/agent.json"].content)
     assert cfg["topology_path"] == "/etc/slurm/topology.yaml"
     assert cloud_agent.topology_text(cfg, {}, str(ROOT / "templates")) == res.files["slurm/topology.yaml"].content
