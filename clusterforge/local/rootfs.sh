@@ -1,12 +1,32 @@
 #!/bin/bash
-# Build (once) the Debian 12 minbase rootfs every local node is an overlay of.
-#   clusterforge/local/rootfs.sh [CACHE_DIR]   -> prints the rootfs folder
-# The folder is cached: a second call returns at once. Building takes ~45 s and ~290 MB.
-# Only the packages a bare cloud/on-prem image has are included (python3 for Ansible, sshd,
-# iproute2); everything the roles need comes from the roles themselves.
+# Build (once) a Debian minbase root filesystem of one release, of one kind:
+#   clusterforge/local/rootfs.sh [CACHE_DIR] [SUITE] [KIND]   -> prints the rootfs folder
+#   SUITE: bookworm (Debian 12, Slurm 22.05; default) | trixie (Debian 13, Slurm 24.11)
+#          | sid (Slurm 26.05 today)
+#   KIND:  node  (default) what a bare cloud/on-prem image has: python3 for Ansible, sshd,
+#                iproute2; every local node is an overlay of it, and the roles bring the rest
+#          slurm the Slurm daemons and clients of that release plus munge: `clusterforge check`
+#                runs them (chrooted) to load a render made for that release family
+# Each folder ($CACHE/rootfs-SUITE[-KIND]) is built once: a second call returns at once.
+# Building takes ~50 s and ~290 MB per folder on this kind of machine (benchmarks/rootfs.py).
 set -euo pipefail
 CACHE=${1:-${CLUSTERFORGE_CACHE:-/var/cache/clusterforge}}
-ROOT="$CACHE/rootfs-bookworm"
+SUITE=${2:-bookworm}
+KIND=${3:-node}
+case "$SUITE" in
+bookworm | trixie | sid) ;;
+*) echo "rootfs.sh: unknown suite '$SUITE' (bookworm, trixie or sid)" >&2; exit 2 ;;
+esac
+case "$KIND" in
+node)
+  ROOT="$CACHE/rootfs-$SUITE"  # the name the node rootfs always had, so existing caches stay valid
+  INCLUDE=python3,openssh-server,iproute2,ca-certificates ;;
+slurm)
+  ROOT="$CACHE/rootfs-$SUITE-slurm"
+  # exactly what the check runs: slurmctld, slurmd (-G), scontrol, munged/munge
+  INCLUDE=slurmctld,slurmd,slurm-client,munge ;;
+*) echo "rootfs.sh: unknown kind '$KIND' (node or slurm)" >&2; exit 2 ;;
+esac
 if [ -f "$ROOT/.complete" ]; then echo "$ROOT"; exit 0; fi
 command -v debootstrap >/dev/null || { echo "debootstrap is missing: apt-get install -y debootstrap" >&2; exit 2; }
 # the mirror this machine already uses (deb822 or one-line format)
@@ -16,11 +36,14 @@ MIRROR=${MIRROR:-http://deb.debian.org/debian}
 mkdir -p "$CACHE"
 TMP=$(mktemp -d "$CACHE/.rootfs.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
-debootstrap --variant=minbase --include=python3,openssh-server,iproute2,ca-certificates \
-    bookworm "$TMP/root" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 \
-  || { tail -20 "$CACHE/debootstrap.log" >&2; exit 1; }
-# keep the image bare: no apt lists, no cached debs, no host keys (each host makes its own)
+LOG="$CACHE/debootstrap-$SUITE-$KIND.log"
+# Debian's packages start nothing at install time inside debootstrap (no init runs there).
+debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$TMP/root" "$MIRROR" >"$LOG" 2>&1 \
+  || { tail -20 "$LOG" >&2; exit 1; }
+# keep the image bare: no apt lists, no cached debs, no host keys (each host makes its own);
+# the slurm kind also drops the munge key its postinst made (the check brings its own)
 rm -rf "$TMP/root/var/lib/apt/lists/"* "$TMP/root/var/cache/apt/archives/"*.deb "$TMP/root/etc/ssh/ssh_host_"*
+rm -f "$TMP/root/etc/munge/munge.key"
 touch "$TMP/root/.complete"
 rm -rf "$ROOT"; mv "$TMP/root" "$ROOT"
 echo "$ROOT"
