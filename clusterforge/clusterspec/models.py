@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from clusterforge import hostlist
+from clusterforge.clusterspec.package_repo import PackageRepo
 from clusterforge.clusterspec.types import (
     AbsPath,
     AddressList,
@@ -367,6 +368,11 @@ class GpuStack(Model):
 
 class SlurmSettings(Model):
     version: SlurmVersion = Field("24.05", description="Slurm release the configs are rendered for")
+    package_repo: PackageRepo | None = Field(
+        None,
+        description="an apt repository of the site's own builds of slurm.version; needed when the OS "
+        "does not ship that release (clusterforge/catalog/os_slurm.yaml)",
+    )
     state_save_location: AbsPath = Field(
         "/var/spool/slurmctld", description="slurmctld state; on shared storage when there are two controllers"
     )
@@ -384,7 +390,8 @@ class SlurmSettings(Model):
     )
 
 
-OsName = Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
+# what each one ships of Slurm: clusterforge/catalog/os_slurm.yaml (a test keeps the two in step)
+OsName = Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12", "debian-13"]
 
 
 class Cluster(Model):

@@ -259,6 +259,10 @@ def build_inventory(
         "clusterforge_cluster_group": cgroup,
         "clusterforge_os": cluster.os,
         "clusterforge_slurm_version": cluster.slurm.version,
+        # the site's own Slurm builds (null: the OS's archive); roles/slurm adds it and pins the version
+        "clusterforge_slurm_package_repo": (
+            cluster.slurm.package_repo.model_dump() if cluster.slurm.package_repo is not None else None
+        ),
         "clusterforge_manifest_dir": manifest_dir,
         # how the roles start daemons; test hosts without an init override it with "direct"
         "clusterforge_service_manager": "systemd",

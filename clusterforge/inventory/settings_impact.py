@@ -69,6 +69,8 @@ READERS: dict[str, tuple[str, ...]] = {
     "clusterforge_local_nvme_raid0": ("storage",),
     "clusterforge_monitoring": ("monitoring", "dcgm"),
     "clusterforge_accounting": ("slurm",),
+    "clusterforge_slurm_version": ("slurm",),
+    "clusterforge_slurm_package_repo": ("slurm",),
     "clusterforge_secret_names": ("slurm",),
     "clusterforge_secret_parameters": ("slurm",),
     "clusterforge_service_manager": tuple(ROLE_GROUPS),
@@ -253,8 +255,16 @@ SETTINGS: dict[str, SettingRule] = {
     "clusterforge_fabric.port": SettingRule((), HostAction.NONE, False, _RENDERED, "clusterforge/render"),
     "clusterforge_fabric.gid_index": SettingRule((), HostAction.NONE, False, _RENDERED, "clusterforge/render"),
     "clusterforge_fabric.socket_ifname": SettingRule((), HostAction.NONE, False, _RENDERED, "clusterforge/render"),
+    # the Slurm role pins the packages to the target family and checks `slurmd -V` against it: another
+    # family is a package upgrade (the role holds the packages, so it stops and says how)
     "clusterforge_slurm_version": SettingRule(
-        (), HostAction.NONE, False, _RENDERED + "; the packages come from the distribution", "clusterforge/render",
+        ("slurm",), HostAction.REINSTALL, True,
+        _RENDERED + "; the packages are pinned to this release family (an upgrade: see docs/slurm-packages.md)",
+        "roles/slurm/tasks/packages.yml",
+    ),
+    "clusterforge_slurm_package_repo": SettingRule(
+        ("slurm",), HostAction.REINSTALL, True,
+        "the apt repository the Slurm packages come from (the site's own builds)", "roles/slurm/tasks/packages.yml",
     ),
     "clusterforge_slurm_hostlist": SettingRule(
         (), HostAction.NONE, False, "the node set: shows as NodeName in slurm.conf above", "clusterforge/render",
