@@ -117,7 +117,9 @@ def test_unknown_values_compare_equal() -> None:
 #: manifests through the one restart policy (clusterforge.render.restart).
 SPEC: dict[str, Any] = {
     "name": "mini",
-    "slurm": {"version": "24.05"},
+    # no OS ships 24.05 (clusterforge/catalog/os_slurm.yaml): a site repository keeps the spec valid
+    "slurm": {"version": "24.05", "package_repo": {"uris": ["https://apt.example.org/slurm"], "suites": ["jammy"],
+                                                   "signed_by": "/etc/apt/keyrings/site-slurm.gpg"}},
     "gpu_stack": {"vendor": "nvidia", "driver_branch": "570", "cuda": "12.8", "nccl": "2.26.2",
                   "aws_ofi_nccl": None, "efa_installer": None},
     "node_groups": [

@@ -247,7 +247,10 @@ CASES: list[tuple[str, str, Mut, Level]] = [
     ("onprem-dgx.yaml", "block-unknown-host", lambda d: (
         d["slurm"].update(version="24.05"), d["topology"].update(blocks=[{"name": "nvl1", "hosts": "gpu-[1-2]"}])), Level.ERROR),
     ("p5-training.yaml", "missing-ec2-topology", lambda d: d.setdefault("topology", {}).update(ec2_instance_topology="no.json"), Level.ERROR),
-    ("onprem-dgx.yaml", "block-needs-2311", lambda d: d["topology"].update(blocks=[{"name": "nvl1", "hosts": "dgx-[001-008]"}]), Level.ERROR),
+    # onprem-dgx targets 24.11 (Debian 13's): the mutation lowers it below the gate
+    ("onprem-dgx.yaml", "block-needs-2311", lambda d: (
+        d["slurm"].update(version="23.02"), d["topology"].update(blocks=[{"name": "nvl1", "hosts": "dgx-[001-008]"}])), Level.ERROR),
+    ("onprem-dgx.yaml", "slurm-not-shipped", lambda d: d["slurm"].update(version="24.05"), Level.ERROR),
     ("onprem-dgx.yaml", "blocksizes-needs-2405", lambda d: (
         d["slurm"].update(version="23.11"), d["topology"].update(blocks=[{"name": "b1", "hosts": "dgx-[001-008]"}], block_sizes=[8])), Level.ERROR),
     ("onprem-dgx.yaml", "blocksizes-invalid", lambda d: (
