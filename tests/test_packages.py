@@ -308,3 +308,11 @@ def test_package_tasks_keep_check_mode_and_hold() -> None:
     deb822 = tasks["Add the site's Slurm repository (slurm.package_repo)"]["ansible.builtin.deb822_repository"]
     assert set(deb822) == {"name", "types", "uris", "suites", "components", "signed_by", "state"}
 
+
+
+def test_fix_names_sid_as_a_build_source_for_2605() -> None:
+    # slurm.version 26.05 arrives with the version-gate work; the fix text's part for it is here
+    from clusterforge.clusterspec.rules.packages import _build_source
+
+    assert _build_source("26.05") == " (Debian sid's slurm-wlm 26.05.5 is one to build them from)"
+    assert _build_source("24.05") == ""

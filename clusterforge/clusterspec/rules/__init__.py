@@ -13,6 +13,5 @@ from clusterforge.clusterspec.rules.base import RULES, Finding, Level, Rule, Rul
 
 __all__ = [
     "RULES", "Finding", "Level", "Rule", "RuleContext", "errors", "network", "nodes", "packages", "partitions",
-    "rule",
-    "storage", "topology", "validate", "versions",
+    "rule", "storage", "topology", "validate", "versions",
 ]

@@ -37,5 +37,11 @@ def slurm_packages(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
         f"os {c.os} ({have.codename}) ships Slurm {have.slurm}, not {target}, and slurm.package_repo is "
         f"not set: the Slurm role installs exactly the {target} family, so the hosts would have no "
         "package to install.",
-        f"{way_os}; or name your own builds of {target} in slurm.package_repo: see {DOC}.",
+        f"{way_os}; or name your own builds of {target} in slurm.package_repo{_build_source(target)}: see {DOC}.",
     )
+
+
+def _build_source(family: str) -> str:
+    """Where a site can take the source package of ``family`` from, when a release carries it."""
+    srcs = [b for b in load_table().build_sources.values() if b.family == family]
+    return "".join(f" (Debian {b.codename}'s slurm-wlm {b.slurm} is one to build them from)" for b in srcs)
