@@ -30,7 +30,7 @@ changed twice (gates in ``versions.py``, each with its source):
 
 A change of the release itself (a package upgrade) restarts every daemon, slurmdbd first.
 
-One module of about 560 lines on purpose: the tables and the functions that apply them are one
+One module of about 650 lines on purpose: the tables and the functions that apply them are one
 policy, and a reviewer checking a class against its source should find both on one page.
 
 Sources (the tables cite them by these names):
@@ -477,8 +477,8 @@ def gres_conf_impacts(
         # only a node with as many devices as before has a changed Cores or Type; a new count (or an
         # added or removed node) is the count's rule: drain, and slurm.conf's Gres= carries slurmctld's side
         same = n in na and n in nb and len(na[n]) == len(nb[n])
-        keys = _gres_keys(na[n], nb[n]) if same else set()
-        by_rule.setdefault(_gres_rule(keys, v), []).append(n)
+        node_keys = _gres_keys(na[n], nb[n]) if same else set()
+        by_rule.setdefault(_gres_rule(node_keys, v), []).append(n)
     for (cls, why, source), nodes in sorted(by_rule.items(), key=lambda kv: SEVERITY[kv[0][0]]):
         hl = _compress(nodes)
         recount = [n for n in nodes if len(na.get(n, [])) != len(nb.get(n, []))]
