@@ -343,8 +343,8 @@ def slurm_conf_impacts(
     name: str, a: ConfigRecords | None, b: ConfigRecords | None, v: tuple[int, ...] = (22, 5)
 ) -> list[Impact]:
     all_slurmd = all_slurmd_nodes(a, b)
-    ga = {k: ",".join(v) for k, v in (a.slurm_globals if a else {}).items()}
-    gb = {k: ",".join(v) for k, v in (b.slurm_globals if b else {}).items()}
+    ga = {k: ",".join(vals) for k, vals in (a.slurm_globals if a else {}).items()}
+    gb = {k: ",".join(vals) for k, vals in (b.slurm_globals if b else {}).items()}
     out: list[Impact] = []
     for key in sorted(set(ga) | set(gb)):
         va, vb = ga.get(key), gb.get(key)

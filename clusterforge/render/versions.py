@@ -4,8 +4,8 @@ policy assumes.
 One table, so the gates are reviewable in one place and unit-tested per release
 (tests/test_versions.py). Every gate names the first release it holds for and its source as
 ``file@tag`` in SchedMD/slurm (the tags are ``slurm-YY-MM-0-1``, the first release of each
-series); facts.md §3 summarises them. A removal is a gate too, named for what holds from then
-on (``no_cgroup_automount``: CgroupAutomount is gone from 23.11).
+series; ../shared/reference/facts.md §3 has the pre-24.11 ones). A removal is a gate too, named
+for what holds from then on (``no_cgroup_automount``: CgroupAutomount is gone from 23.11).
 
 Releases whose notes were read for the renderer's keys (slurm.conf, gres.conf, cgroup.conf,
 topology.conf/.yaml, slurmdbd.conf) and found nothing it prints: 24.11 changed only the restart
