@@ -62,7 +62,7 @@ def _lines(text: str) -> list[str]:
     return text.splitlines()
 
 
-def _after(text: str, line: str) -> str:
+def _comment_above(text: str, line: str) -> str:
     """The comment line right above ``line`` (each printed setting has one)."""
     lines = _lines(text)
     return lines[lines.index(line) - 1]
@@ -112,10 +112,10 @@ def cloud_nodes_shown() -> None:
 def cons_tres_default() -> None:
     old = _render("local.yaml", "23.02")["slurm/slurm.conf"]
     new = _render("local.yaml", "23.11")["slurm/slurm.conf"]
-    assert _after(old, "SelectType=select/cons_tres") == (
+    assert _comment_above(old, "SelectType=select/cons_tres") == (
         "# GPUs as consumable resources; the default before 23.11 was select/linear"
     )
-    assert _after(new, "SelectType=select/cons_tres") == (
+    assert _comment_above(new, "SelectType=select/cons_tres") == (
         "# GPUs as consumable resources (the default since 23.11, stated for review)"
     )
 
@@ -193,8 +193,8 @@ def prolog_timeout() -> None:
 def cgroup_v1_deprecated() -> None:
     old = _render("local.yaml", "24.11")["slurm/cgroup.conf"]
     new = _render("local.yaml", "25.05")["slurm/cgroup.conf"]
-    assert _after(old, "CgroupPlugin=autodetect") == "# cgroup v2 where the host runs it, else v1"
-    assert _after(new, "CgroupPlugin=autodetect") == (
+    assert _comment_above(old, "CgroupPlugin=autodetect") == "# cgroup v2 where the host runs it, else v1"
+    assert _comment_above(new, "CgroupPlugin=autodetect") == (
         "# cgroup v2 where the host runs it, else v1 (deprecated since 25.05: slurmd warns on a v1 host)"
     )
 
