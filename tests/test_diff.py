@@ -218,6 +218,13 @@ def test_node_hardware_change_restarts_those_nodes_in_order(tmp_path: Path) -> N
 def test_gpu_node_removed_drains_its_gres(tmp_path: Path) -> None:
     s = _diff(tmp_path, lambda sp: _group(sp, "gpu")["onprem"].update(hosts="gpu-001"))
     gres = next(i for i in s.impacts if i.file == "slurm/gres.conf")
+    # 24.05: reconfigure starts new slurmds, which read gres.conf; the node is still drained first
+    assert (gres.subject, gres.cls, gres.slurmd_nodes, gres.drain_nodes) == (
+        "NodeName=gpu-002", ImpactClass.RECONFIGURE, "", "gpu-002"
+    )
+    old = {**SPEC, "slurm": {"version": "22.05"}}  # 22.05's slurmd reads its devices only at start
+    s = _diff(tmp_path, lambda sp: _group(sp, "gpu")["onprem"].update(hosts="gpu-001"), base=old)
+    gres = next(i for i in s.impacts if i.file == "slurm/gres.conf")
     assert (gres.subject, gres.cls, gres.slurmd_nodes, gres.drain_nodes) == (
         "NodeName=gpu-002", ImpactClass.RESTART_SLURMD, "gpu-002", "gpu-002"
     )
@@ -532,7 +539,8 @@ def test_git_diff_configs_cost_impact_findings(report: DiffReport) -> None:
     assert cpu.cls is ImpactClass.RESTART_SLURMCTLD and cpu.drain_nodes == "cpu-[001-004]"
     assert impacts[("slurm/slurm.conf", "PartitionName=debug")].cls is ImpactClass.RECONFIGURE
     gres = impacts[("slurm/gres.conf", "NodeName=gpu-[009-016]")]
-    assert gres.cls is ImpactClass.RESTART_SLURMD and gres.drain_nodes == "gpu-[009-016]"
+    # 24.05: reconfigure starts new slurmds, which read gres.conf (render/versions.py reconfigure_restarts_daemons)
+    assert gres.cls is ImpactClass.RECONFIGURE and gres.drain_nodes == "gpu-[009-016]"
     assert s.operations.cls is ImpactClass.RESTART_ALL
     assert [(f.level, f.code) for f in s.introduced] == [("warning", "ssh-open-to-world")] and s.resolved == ()
 

@@ -19,6 +19,7 @@ the case table is the point: every kind of change side by side with what each ho
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -35,7 +36,7 @@ from clusterforge import hostlist
 from clusterforge.clusterspec import parse_spec
 from clusterforge.render import render_cluster
 from clusterforge.render.manifest import ConfigRecords, GresRecord, Manifest, NodeRecord
-from clusterforge.render.restart import GLOBAL_KEYS, ImpactClass, impacts, summarise
+from clusterforge.render.restart import GLOBAL_KEYS, ImpactClass, impacts, policy_version, summarise
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -116,6 +117,15 @@ def _gres_file(lines: list[dict[str, str]]) -> list[dict[str, str]]:
     return lines
 
 
+def _gres_cores(lines: list[dict[str, str]]) -> list[dict[str, str]]:
+    lines[0]["Cores"] = "0-3"
+    return lines
+
+
+def _gres_type(lines: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [{**x, "Type": "h200"} for x in lines]
+
+
 # ----------------------------------------------------------------------------- the cases
 
 Spec = Callable[[dict[str, Any]], object]
@@ -136,6 +146,10 @@ def _remove_cpu(d: dict[str, Any]) -> None:
     on = _group(d, "cpu")["onprem"]
     on.update(hosts="cpu-001", addresses="10.79.0.31")
     on["placement"][0]["hosts"] = "cpu-001"
+
+
+def _move_controller(d: dict[str, Any]) -> None:
+    _group(d, "ctl")["onprem"].update(addresses="10.79.0.12")
 
 
 def _rename_switch(d: dict[str, Any]) -> None:
@@ -264,6 +278,114 @@ CASES: dict[str, tuple[Any, ...]] = {
         None, None, lambda m: _bump(m, "slurm/slurm.conf"), ["slurm/slurm.conf"], {"none"}, ["no daemon action"],
         {"ctl": [], "gpu-001": [], "cpu-001": []},
     ),
+    # gres.conf(5) 22.05 .. 26.05: "A restart of the slurmctld is needed for changes to the Cores option"
+    "gres.conf Cores": (
+        None, None, lambda m: _gres_lines(m, "gpu", _gres_cores), ["slurm/gres.conf"], {"restart-slurmctld"},
+        ["stop slurmd on gpu-[001-002]", "install", "restart slurmctld", "start slurmd on gpu-[001-002]"],
+        {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": []},
+    ),
+    # gres.conf(5)@22.05: Type changes need slurmctld and slurmd restarted
+    "gres.conf Type": (
+        None, None, lambda m: _gres_lines(m, "gpu", _gres_type), ["slurm/gres.conf"], {"restart-slurmctld"},
+        ["stop slurmd on gpu-[001-002]", "install", "restart slurmctld", "start slurmd on gpu-[001-002]"],
+        {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": []},
+    ),
+    # FAQ (controller) @slurm-24-11-0-1: "(Slurm 23.02 and older) Drain the cluster of running jobs"
+    "SlurmctldHost (22.05: drain everything)": (
+        None, _move_controller, None, ["slurm/slurm.conf"], {"restart-all"},
+        ["drain cpu-[001-002],gpu-[001-002]", "stop slurmd on cpu-[001-002],gpu-[001-002]", "install",
+         "restart slurmctld", "start slurmd on cpu-[001-002],gpu-[001-002]", "resume cpu-[001-002],gpu-[001-002]"],
+        {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
+    ),
+    # ---- 23.11: reconfigure starts new slurmctld and slurmd processes (scontrol(1)@slurm-24-05-0-1)
+    "23.11 SlurmctldHost (no drain)": (
+        "23.11", _move_controller, None, ["slurm/slurm.conf"], {"restart-all"},
+        ["stop slurmd on cpu-[001-002],gpu-[001-002]", "install", "restart slurmctld",
+         "start slurmd on cpu-[001-002],gpu-[001-002]"],
+        {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
+    ),
+    "23.11 plugin key by reconfigure (PluginDir)": (
+        "23.11", _extra("PluginDir", "/opt/slurm/lib/slurm"), None, ["slurm/slurm.conf"], {"reconfigure"},
+        ["install", "scontrol reconfigure"], {"ctl": RECONF, "gpu-001": [], "cpu-001": []},
+    ),
+    "23.11 authentication still restarts (AuthAltTypes)": (
+        "23.11", _extra("AuthAltTypes", "auth/jwt"), None, ["slurm/slurm.conf"], {"restart-all"},
+        ["stop slurmd on cpu-[001-002],gpu-[001-002]", "install", "restart slurmctld",
+         "start slurmd on cpu-[001-002],gpu-[001-002]"],
+        {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
+    ),
+    "23.11 StateSaveLocation still restarts slurmctld": (
+        "23.11", lambda d: d["slurm"].update(state_save_location="/srv/slurmctld"), None, ["slurm/slurm.conf"],
+        {"restart-slurmctld"}, ["install", "restart slurmctld"], {"ctl": RESTART_CTLD, "gpu-001": [], "cpu-001": []},
+    ),
+    "23.11 gres.conf device lines by reconfigure": (
+        "23.11", None, lambda m: _gres_lines(m, "gpu", _gres_file), ["slurm/gres.conf"], {"reconfigure"},
+        ["install", "scontrol reconfigure"], {"ctl": RECONF, "gpu-001": [], "cpu-001": []},
+    ),
+    "23.11 gres.conf one device fewer (drain, reconfigure)": (
+        "23.11", None, lambda m: _gres_lines(m, "gpu", lambda x: x[:-1]), ["slurm/gres.conf"], {"reconfigure"},
+        ["drain gpu-[001-002]", "install", "scontrol reconfigure", "resume gpu-[001-002]"],
+        {"ctl": RECONF, "gpu-001": [], "cpu-001": []},
+    ),
+    "23.11 gres.conf Type by reconfigure": (
+        "23.11", None, lambda m: _gres_lines(m, "gpu", _gres_type), ["slurm/gres.conf"], {"reconfigure"},
+        ["install", "scontrol reconfigure"], {"ctl": RECONF, "gpu-001": [], "cpu-001": []},
+    ),
+    "23.11 gres.conf Cores still restarts slurmctld": (
+        "23.11", None, lambda m: _gres_lines(m, "gpu", _gres_cores), ["slurm/gres.conf"], {"restart-slurmctld"},
+        ["stop slurmd on gpu-[001-002]", "install", "restart slurmctld", "start slurmd on gpu-[001-002]"],
+        {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": []},
+    ),
+    "23.11 cgroup.conf by reconfigure": (
+        "23.11", None, lambda m: _bump(m, "slurm/cgroup.conf"), ["slurm/cgroup.conf"], {"reconfigure"},
+        ["install", "scontrol reconfigure"], {"ctl": RECONF, "gpu-001": [], "cpu-001": []},
+    ),
+    # the FAQ's restart procedure for the node set holds up to 24.05 (faq.shtml@slurm-24-11-0-1)
+    "24.05 node set: add gpu-003 (still the FAQ's restart)": (
+        "24.05", _add_gpu, None, ["slurm/gres.conf", "slurm/slurm.conf", "slurm/topology.conf"],
+        {"restart-all", "reconfigure"},
+        ["stop slurmd on cpu-[001-002],gpu-[001-003]", "install", "restart slurmctld",
+         "start slurmd on cpu-[001-002],gpu-[001-003]"],
+        {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "gpu-003": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
+    ),
+    "24.05 node hardware (still restarts)": (
+        "24.05", None, lambda m: _node_param(m, "gpu", "CPUs", "112"), ["slurm/slurm.conf"], {"restart-slurmctld"},
+        ["drain gpu-[001-002]", "stop slurmd on gpu-[001-002]", "install", "restart slurmctld",
+         "start slurmd on gpu-[001-002]", "resume gpu-[001-002]"],
+        {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": []},
+    ),
+    # ---- 24.11: reconfigure applies node additions, removals and changes (faq.shtml, slurm.conf(5))
+    "24.11 node set: add gpu-003 by reconfigure": (
+        "24.11", _add_gpu, None, ["slurm/gres.conf", "slurm/slurm.conf", "slurm/topology.conf"], {"reconfigure"},
+        ["install", "scontrol reconfigure"],
+        {"ctl": RECONF, "gpu-001": [], "gpu-003": [], "cpu-001": []},
+    ),
+    "24.11 node set: remove cpu-002 (drain, reconfigure)": (
+        "24.11", _remove_cpu, None, ["slurm/slurm.conf", "slurm/topology.conf"], {"reconfigure"},
+        ["drain cpu-002", "install", "scontrol reconfigure", "resume cpu-002"],
+        {"ctl": RECONF, "gpu-001": [], "cpu-001": []},
+    ),
+    "24.11 node hardware (drain, reconfigure)": (
+        "24.11", None, lambda m: _node_param(m, "gpu", "CPUs", "112"), ["slurm/slurm.conf"], {"reconfigure"},
+        ["drain gpu-[001-002]", "install", "scontrol reconfigure", "resume gpu-[001-002]"],
+        {"ctl": RECONF, "gpu-001": [], "cpu-001": []},
+    ),
+    "24.11 NodeAddr by reconfigure": (
+        "24.11", lambda d: _group(d, "gpu")["onprem"].update(addresses="10.79.0.[23-24]"), None,
+        ["slurm/slurm.conf"], {"reconfigure"}, ["install", "scontrol reconfigure"],
+        {"ctl": RECONF, "gpu-001": [], "cpu-001": []},
+    ),
+    "26.05 node set: remove cpu-002 (drain, reconfigure)": (
+        "26.05", _remove_cpu, None, ["slurm/slurm.conf", "slurm/topology.yaml"], {"reconfigure"},
+        ["drain cpu-002", "install", "scontrol reconfigure", "resume cpu-002"],
+        {"ctl": RECONF, "gpu-001": [], "cpu-001": []},
+    ),
+    "26.05 authentication still restarts (AuthAltTypes)": (
+        "26.05", _extra("AuthAltTypes", "auth/jwt"), None, ["slurm/slurm.conf"], {"restart-all"},
+        ["stop slurmd on cpu-[001-002],gpu-[001-002]", "install", "restart slurmctld",
+         "start slurmd on cpu-[001-002],gpu-[001-002]"],
+        {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
+    ),
 }
 
 # how a step of ``summarise`` reads, by the short names used above ({} is the hostlist)
@@ -318,14 +440,19 @@ def _role_actions(old: Manifest | None, new: Manifest, host: str, hosts: dict[st
     return result
 
 
+@functools.cache
+def _base(version: str | None) -> Manifest:
+    return _render(_base_spec(version))
+
+
 @pytest.fixture(scope="module")
 def bases() -> dict[str | None, Manifest]:
-    return {None: _render(_base_spec()), "25.05": _render(_base_spec("25.05"))}
+    return {None: _base(None), "25.05": _base("25.05")}
 
 
 def _sides(case: tuple[Any, ...], bases: dict[str | None, Manifest]) -> tuple[Manifest, Manifest]:
     version, spec_change, edit = case[:3]
-    base = bases[version]
+    base = _base(version)
     if spec_change is not None:
         d = _base_spec(version)
         spec_change(d)
@@ -367,7 +494,7 @@ def test_diff_and_role_agree(case_id: str, bases: dict[str | None, Manifest]) ->
     assert ("restart slurmdbd" in role["ctl"]) == ("restart slurmdbd" in ops.steps)
     # and each impact line of the comment names the same daemons
     for i in found:
-        acts = " ".join(i.actions)
+        acts = " ".join(a for a in i.actions if not a.startswith("drain "))  # a drain comes first, if any
         if i.cls is ImpactClass.RECONFIGURE:
             assert acts == "scontrol reconfigure"
         if i.cls is ImpactClass.NONE:
@@ -390,6 +517,134 @@ def test_every_rendered_file_kind_has_a_case(bases: dict[str | None, Manifest]) 
     rendered = {kind(f.name) for m in bases.values() for f in m.files}
     covered = {kind(f) for case in CASES.values() for f in case[3]}
     assert rendered == covered
+
+
+# ----------------------------------------------------------------------------- per release
+# The same change, every target release, classes written by hand from the gate's sources
+# (render/versions.py); tests/test_versions.py names these as the gates' behaviour tests.
+
+RELEASES = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05")
+
+
+def _classes(version: str, spec_change: Spec | None = None, edit: Edit | None = None) -> dict[str, str]:
+    """(file, subject) -> class of the change on ``version``."""
+    base = _base(version)
+    if spec_change is not None:
+        d = _base_spec(version)
+        spec_change(d)
+        head = _render(d)
+    else:
+        assert edit is not None
+        head = edit(base)
+    return {f"{i.file} {i.subject}": i.cls.value for i in impacts(base, head)}
+
+
+def test_reconfigure_restarts_daemons_from_2311() -> None:
+    """23.11: reconfigure starts new daemons, so it loads plugins, reads gres.conf and cgroup.conf;
+    TCP ports and authentication still need restarts (scontrol(1)@slurm-24-05-0-1)."""
+    plugin = {"22.05": "restart-all", "23.02": "restart-all"} | dict.fromkeys(RELEASES[2:], "reconfigure")
+    cgroup = {"22.05": "restart-slurmd", "23.02": "restart-slurmd"} | dict.fromkeys(RELEASES[2:], "reconfigure")
+    gres = {"22.05": "restart-slurmd", "23.02": "restart-slurmd"} | dict.fromkeys(RELEASES[2:], "reconfigure")
+    for v in RELEASES:
+        assert _classes(v, _extra("PluginDir", "/opt/slurm/lib/slurm")) == {
+            "slurm/slurm.conf PluginDir": plugin[v]}, v
+        assert _classes(v, _extra("AuthAltTypes", "auth/jwt")) == {"slurm/slurm.conf AuthAltTypes": "restart-all"}, v
+        assert _classes(v, edit=lambda m: _bump(m, "slurm/cgroup.conf")) == {
+            "slurm/cgroup.conf whole file": cgroup[v]}, v
+        assert _classes(v, edit=lambda m: _gres_lines(m, "gpu", _gres_file)) == {
+            "slurm/gres.conf NodeName=gpu-[001-002]": gres[v]}, v
+        # Cores: the same sentence in gres.conf(5) from 22.05 through 26.05
+        assert _classes(v, edit=lambda m: _gres_lines(m, "gpu", _gres_cores)) == {
+            "slurm/gres.conf NodeName=gpu-[001-002]": "restart-slurmctld"}, v
+    d = _base_spec("24.05")
+    _extra("PluginDir", "/opt/x")(d)
+    (i,) = impacts(_base("24.05"), _render(d))
+    assert i.why.startswith("Slurm 24.05: reconfigure starts new daemons") and "@slurm-24-05-0-1" in i.source
+
+
+def test_node_changes_by_reconfigure_from_2411() -> None:
+    """Adding, removing or changing nodes: the FAQ's restart of every daemon up to 24.05, scontrol
+    reconfigure from 24.11 (faq.shtml add_nodes/rem_nodes, slurm.conf(5)@slurm-24-11-0-1)."""
+    by_reconf = dict.fromkeys(RELEASES[:4], False) | dict.fromkeys(RELEASES[4:], True)
+    for v in RELEASES:
+        add = _classes(v, _add_gpu)
+        assert add["slurm/slurm.conf NodeName (node set)"] == ("reconfigure" if by_reconf[v] else "restart-all"), v
+        hw = _classes(v, edit=lambda m: _node_param(m, "gpu", "CPUs", "112"))
+        assert hw == {"slurm/slurm.conf NodeName=gpu-[001-002]": "reconfigure" if by_reconf[v]
+                      else "restart-slurmctld"}, v
+    base = _base("24.11")
+    d = _base_spec("24.11")
+    _remove_cpu(d)
+    (node_set,) = [i for i in impacts(base, _render(d)) if i.subject == "NodeName (node set)"]
+    assert node_set.why == ("Slurm 24.11: scontrol reconfigure applies node additions and removals "
+                            "(drain the removed nodes first: their jobs are lost)")
+    assert node_set.drain_nodes == "cpu-002" and node_set.actions == ["drain cpu-002", "scontrol reconfigure"]
+    base = _base("22.05")
+    d = _base_spec("22.05")
+    _remove_cpu(d)
+    (node_set,) = [i for i in impacts(base, _render(d)) if i.subject == "NodeName (node set)"]
+    assert node_set.why.startswith("Slurm 22.05: every daemon holds the node table: the FAQ's procedure restarts")
+    assert node_set.actions == ["drain cpu-002", "restart slurmctld", "restart slurmd on cpu-[001-002],gpu-[001-002]"]
+
+
+def test_moving_the_controller_drains_before_2311() -> None:
+    """SlurmctldHost restarts every daemon in every release; before 23.11 running steps keep
+    reporting to the old controller, so the FAQ drains the cluster first."""
+    for v in RELEASES:
+        (i,) = impacts(_base(v), _render(_move_controller_spec(v)))
+        assert (i.subject, i.cls) == ("SlurmctldHost", ImpactClass.RESTART_ALL), v
+        assert i.drain_nodes == ("cpu-[001-002],gpu-[001-002]" if v in ("22.05", "23.02") else ""), v
+
+
+def _move_controller_spec(version: str) -> dict[str, Any]:
+    d = _base_spec(version)
+    _move_controller(d)
+    return d
+
+
+def test_a_release_change_restarts_every_daemon() -> None:
+    """A new release is new binaries: slurmdbd, slurmctld, every slurmd (upgrade guide), whatever
+    else changed; the installed release (the running daemons') classifies the rest."""
+    old, new = _base("22.05"), _base("24.11")
+    found = impacts(old, new)
+    release = [i for i in found if i.subject == "slurm_version"]
+    assert [(i.file, i.change, i.cls, i.slurmd_nodes) for i in release] == [
+        ("(Slurm release)", "22.05 -> 24.11", ImpactClass.RESTART_ALL, "cpu-[001-002],gpu-[001-002]")
+    ]
+    assert policy_version(old, new) == (22, 5) and policy_version(None, new) == (24, 11)
+    hosts = _hosts(new)
+    assert _role_actions(old, new, "ctl", hosts) == ["restart slurmdbd", "restart slurmctld"]
+    assert _role_actions(old, new, "gpu-001", hosts) == RESTART_SLURMD
+
+
+def test_the_pr_comment_states_the_release_rule() -> None:
+    """The steps end with what a reconfigure takes on the target release, in the PR comment too."""
+    from clusterforge.diff.report import DiffReport, FileDiff, SpecDiff, to_markdown
+
+    conf = FileDiff("slurm/slurm.conf", "changed", "/etc/slurm/slurm.conf", ("ctl",), "-a\n+b\n", 1, 1)
+
+    rules = {}
+    for v in ("22.05", "23.11", "24.11"):
+        d = _base_spec(v)
+        _add_gpu(d)
+        base, head = _base(v), _render(d)
+        found = impacts(base, head)
+        ops = summarise(found, version=policy_version(base, head))
+        rules[v] = ops.rule
+        spec = SpecDiff("examples/local.yaml", "main", "pr", "modified", files=(conf,), impacts=tuple(found),
+                        operations=ops)
+        md = to_markdown(DiffReport("main", "pr", (spec,)))
+        assert f"*{ops.rule}*" in md, v
+    assert rules["22.05"].startswith("Slurm 22.05: scontrol reconfigure makes the running daemons re-read "
+                                     "slurm.conf; plugins, TCP ports, authentication and adding or removing nodes "
+                                     "restart slurmctld and all slurmd")
+    assert rules["23.11"].startswith("Slurm 23.11: scontrol reconfigure starts new slurmctld and slurmd processes "
+                                     "and applies plugin, GRES and cgroup changes; adding, removing or changing "
+                                     "nodes still restarts slurmctld and all slurmd")
+    assert rules["24.11"].startswith("Slurm 24.11: scontrol reconfigure starts new slurmctld and slurmd processes "
+                                     "and applies plugin, GRES, cgroup and node changes, node additions and "
+                                     "removals included")
+    assert summarise([]).rule == ""
 
 
 # ----------------------------------------------------------------------------- the role's fallbacks

@@ -53,7 +53,8 @@ def test_real_daemons_accept_example(name: str, tmp_path: Path) -> None:
 
 
 # '"slurm_version": ' is cloud/agent.json's copy of the version (the agent's topology.conf header)
-VERSION_GATED = ("CgroupAutomount", "(Slurm ", "# mount missing v1 controllers", "# GPUs as consumable resources", "PrivateData=cloud", "# before 23.02 sinfo hides", '"slurm_version": ')
+VERSION_GATED = ("CgroupAutomount", "(Slurm ", "# mount missing v1 controllers", "# GPUs as consumable resources", "PrivateData=cloud", "# before 23.02 sinfo hides", '"slurm_version": ',
+                 "cloud_reg_addrs")  # 23.11 made it the default (render/versions.py cloud_reg_addrs_default)
 
 
 @pytest.mark.parametrize("name", [n for n in EXAMPLE_SPECS if target(n) != "22.05"])

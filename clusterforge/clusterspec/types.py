@@ -14,8 +14,9 @@ from pydantic import AfterValidator, Field, StringConstraints
 
 from clusterforge import hostlist
 
-SLURM_VERSIONS = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05")
-SlurmVersion = Literal["22.05", "23.02", "23.11", "24.05", "24.11", "25.05"]
+# The releases the renderer's gates know (render/versions.py cites what each changed).
+SLURM_VERSIONS = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05")
+SlurmVersion = Literal["22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05"]
 
 
 def version_tuple(v: str) -> tuple[int, ...]:

@@ -145,13 +145,15 @@ def _operations(impacts: list[Impact], settings: list[HostSetting], base: _Side,
     (``restart.summarise``) with the host settings' drain, role runs and reboots."""
     retired = scale.retired_nodes(base.rc, head.rc)
     cloud = scale.first_steps(base.rc, head.rc)
-    ops = restart.summarise(impacts, retired=retired)
+    bm = base.render.manifest() if base.render else None
+    hm = head.render.manifest() if head.render else None
+    ops = restart.summarise(impacts, retired=retired, version=restart.policy_version(bm, hm))
     if not any(s.roles and s.hosts for s in settings):
-        return Operations(ops.cls, (*cloud, *ops.steps))
+        return Operations(ops.cls, (*cloud, *ops.steps), ops.rule)
     slurm_drain = ",".join([*(i.drain_nodes for i in impacts if i.drain_nodes), *[retired] * bool(retired)])
     first, middle, last = host_steps(settings, already_drained=slurm_drain)
     steps = [*first, *ops.steps, *middle, *last] if impacts else [*first, *middle, *last]
-    return Operations(ops.cls, (*cloud, *steps))
+    return Operations(ops.cls, (*cloud, *steps), ops.rule)
 
 
 def _cost(base: _Side, head: _Side) -> CostDelta:

@@ -142,7 +142,8 @@ def to_dict(report: DiffReport) -> dict[str, Any]:
             "files": [asdict(f) for f in s.files],
             "cost": {**asdict(s.cost), "delta": s.cost.delta},
             "impacts": [{**asdict(i), "cls": i.cls.value, "actions": i.actions} for i in s.impacts],
-            "operations": {"class": s.operations.cls.value, "steps": list(s.operations.steps)},
+            "operations": {"class": s.operations.cls.value, "steps": list(s.operations.steps),
+                           "rule": s.operations.rule},
             "host_settings": [{**asdict(h), "action": h.action.value} for h in s.host_settings],
             "host_action": s.host_action.value,
             "error": s.error,
@@ -300,6 +301,8 @@ def _summary_md(report: DiffReport) -> list[str]:
             out.append(f"**`{s.spec}` on a running cluster (Slurm: {s.operations.cls.value}; "
                        f"hosts: {s.host_action.value}):**")
             out += [f"{i}. {step}" for i, step in enumerate(s.operations.steps, 1)]
+            if s.operations.rule:  # the release decides what a reconfigure can take
+                out += ["", f"*{_esc(s.operations.rule)}*"]
             out.append("")
     out += [f"Result: **{verdict(report)}**. Impact classes: none < reconfigure < restart-slurmdbd < restart-slurmd "
             "< restart-slurmctld < restart-all; host actions: none < restart-service < reinstall < remount "

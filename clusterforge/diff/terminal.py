@@ -84,6 +84,8 @@ def _steps(s: SpecDiff) -> Tree | None:
     tree = Tree(Text("Operator's steps", style="bold"))
     for k, step in enumerate(s.operations.steps, 1):
         tree.add(Text(f"{k}. {step}", style="cyan"))
+    if s.operations.rule:
+        tree.add(Text(s.operations.rule, style="dim"))
     return tree
 
 

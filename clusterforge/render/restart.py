@@ -15,7 +15,22 @@ from config text; every difference is classified by the tables below: no action,
 reconfigure``, a restart of slurmdbd, of slurmd on which nodes, of slurmctld, or of all daemons,
 and whether nodes must be drained first.
 
-One module of about 460 lines on purpose: the tables and the functions that apply them are one
+The policy is the target release's (the manifest's ``slurm_version``; the installed side's when
+both are given, since its daemons run the reconfigure). What ``scontrol reconfigure`` applies
+changed twice (gates in ``versions.py``, each with its source):
+
+* up to 23.02 it makes the running daemons re-read slurm.conf: plugins, ports, authentication and
+  the node set need the daemons restarted (the tables below as they are);
+* from 23.11 it starts new slurmctld and slurmd processes (``reconfigure_restarts_daemons``), so it
+  also applies plugin and accounting settings (``REEXEC_APPLIES``), gres.conf and cgroup.conf; TCP
+  listening ports, authentication, SlurmUser, ClusterName, SlurmctldHost and the state and spool
+  directories still need restarts; a changed SlurmctldHost no longer needs the cluster drained;
+* from 24.11 it also applies node additions, removals and node changes
+  (``reconfigure_applies_node_changes``); removed or changed nodes are still drained first.
+
+A change of the release itself (a package upgrade) restarts every daemon, slurmdbd first.
+
+One module of about 650 lines on purpose: the tables and the functions that apply them are one
 policy, and a reviewer checking a class against its source should find both on one page.
 
 Sources (the tables cite them by these names):
@@ -49,7 +64,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from clusterforge import hostlist
+from clusterforge.clusterspec.types import version_tuple
 from clusterforge.render.manifest import ConfigRecords, Manifest, OnChange
+from clusterforge.render.versions import FEATURES, has, release
 
 
 class ImpactClass(StrEnum):
@@ -68,6 +85,11 @@ SEVERITY = {c: i for i, c in enumerate(ImpactClass)}
 SLURM_CONF = "slurm.conf(5) https://slurm.schedmd.com/slurm.conf.html"
 FAQ_NODES = "Slurm FAQ https://slurm.schedmd.com/faq.html#add_nodes"
 STACKHPC = "stackhpc/ansible-role-openhpc#199/#200"
+GRES_CONF = "gres.conf(5) https://slurm.schedmd.com/gres.conf.html"
+UPGRADES = "Slurm upgrade guide https://slurm.schedmd.com/upgrades.html"
+REEXEC = "reconfigure_restarts_daemons"  # 23.11: reconfigure starts new daemons
+NODE_CHANGES = "reconfigure_applies_node_changes"  # 24.11: ... which take node changes
+STEPD_CTLD = "stepd_follows_controller"  # 23.11: running steps learn a new SlurmctldHost
 
 #: slurm.conf parameters that a reconfigure does not apply (the "unless otherwise noted" of
 #: slurm.conf(5), plus the TCP listening settings). Anything not listed: ``scontrol reconfigure``.
@@ -115,6 +137,46 @@ GLOBAL_KEYS: dict[str, tuple[ImpactClass, str]] = {
     "SuspendTime": (ImpactClass.RECONFIGURE, "power_save re-reads it on reconfigure"),
     "PrivateData": (ImpactClass.RECONFIGURE, "slurmctld applies it per request after reconfigure"),
 }
+
+#: From 23.11 (``reconfigure_restarts_daemons``) these keys of GLOBAL_KEYS are applied by ``scontrol
+#: reconfigure``: its new daemons load their plugins and connect anew, and slurm.conf(5)@slurm-24-05-0-1
+#: dropped their "a restart is required" notes (commit ae1f5ed071, "update scontrol reconfigure docs").
+#: Not here, so still restarted: TCP ports and authentication (scontrol(1) says reconfigure cannot
+#: change them), SlurmUser (the new processes start from the old, already unprivileged ones),
+#: ClusterName (state saved under another name is refused), StateSaveLocation and SlurmdSpoolDir
+#: (the new process would read a new, empty directory while running steps' sockets stay in the old
+#: one), the PID files (the service units name them) and SlurmdUser.
+REEXEC_APPLIES: dict[str, str] = {
+    "SelectType": "the new slurmctld loads the select plugin (job state saved by another select plugin is lost)",
+    "SelectTypeParameters": "the new slurmctld loads the select plugin with them",
+    "SwitchType": "the new daemons load the switch plugin (slurm.conf(5): 'restarted or reconfigured')",
+    "GresTypes": "the new slurmctld and slurmds load the GRES plugins",
+    "ProctrackType": "the new slurmds load it; running steps keep the one they started with",
+    "TaskPlugin": "the new slurmds load it; running steps keep the one they started with",
+    "JobAcctGatherType": "the new daemons load the gather plugin",
+    "TopologyPlugin": "the new slurmctld loads the topology plugin",
+    "PluginDir": "the new daemons load their plugins from it",
+    "PrologFlags": "the new daemons read it; running jobs keep how they were launched",
+    "AccountingStorageType": "the new slurmctld loads the accounting plugin",
+    "AccountingStorageHost": "the new slurmctld connects to slurmdbd anew",
+    "AccountingStoragePort": "the new slurmctld connects to slurmdbd anew",
+}
+
+
+def _src(gate: str) -> str:
+    return FEATURES[gate].source
+
+
+def global_rule(key: str, v: tuple[int, ...]) -> tuple[ImpactClass, str, str]:
+    """(class, why, source) of a changed slurm.conf global ``key`` on release ``v``."""
+    if key in REEXEC_APPLIES and has(v, REEXEC):
+        return (ImpactClass.RECONFIGURE, f"Slurm {release(v)}: reconfigure starts new daemons; {REEXEC_APPLIES[key]}",
+                _src(REEXEC))
+    cls, why = GLOBAL_KEYS.get(key, (ImpactClass.RECONFIGURE, "applied by scontrol reconfigure"))
+    if key in ("SlurmctldPort", "SlurmdPort", "AuthType", "AuthAltTypes") and has(v, REEXEC):
+        return cls, f"{why}; Slurm {release(v)}'s reconfigure cannot change it", f"{SLURM_CONF}; {_src(REEXEC)}"
+    return cls, why, SLURM_CONF
+
 
 #: NodeName parameters that describe hardware: slurmctld and the node's slurmd must agree, or the
 #: node registers INVALID; running jobs were placed on the old layout, so drain first.
@@ -277,32 +339,49 @@ def all_slurmd_nodes(*sides: ConfigRecords | None) -> str:
     return _compress(n for s in sides if s for r in s.nodes for n in _expand(r.names))
 
 
-def slurm_conf_impacts(name: str, a: ConfigRecords | None, b: ConfigRecords | None) -> list[Impact]:
+def slurm_conf_impacts(
+    name: str, a: ConfigRecords | None, b: ConfigRecords | None, v: tuple[int, ...] = (22, 5)
+) -> list[Impact]:
     all_slurmd = all_slurmd_nodes(a, b)
-    ga = {k: ",".join(v) for k, v in (a.slurm_globals if a else {}).items()}
-    gb = {k: ",".join(v) for k, v in (b.slurm_globals if b else {}).items()}
+    ga = {k: ",".join(vals) for k, vals in (a.slurm_globals if a else {}).items()}
+    gb = {k: ",".join(vals) for k, vals in (b.slurm_globals if b else {}).items()}
     out: list[Impact] = []
     for key in sorted(set(ga) | set(gb)):
         va, vb = ga.get(key), gb.get(key)
         if va == vb:
             continue
-        cls, why = GLOBAL_KEYS.get(key, (ImpactClass.RECONFIGURE, "applied by scontrol reconfigure"))
+        cls, why, source = global_rule(key, v)
         slurmd = all_slurmd if cls in (ImpactClass.RESTART_ALL, ImpactClass.RESTART_SLURMD) else ""
-        out.append(Impact(name, key, f"{va or '(unset)'} -> {vb or '(unset)'}", cls, why, SLURM_CONF, slurmd))
+        drain = ""
+        if key == "SlurmctldHost" and va is not None and not has(v, STEPD_CTLD):
+            # up to 23.02 running steps keep reporting to the old controller
+            why, source, drain = f"{why}; before 23.11 running jobs must be drained first", _src(STEPD_CTLD), slurmd
+        out.append(Impact(name, key, f"{va or '(unset)'} -> {vb or '(unset)'}", cls, why, source, slurmd, drain))
     na, nb = _per_node(a), _per_node(b)
     added, removed = sorted(set(nb) - set(na)), sorted(set(na) - set(nb))
+    nodes_by_reconf = has(v, NODE_CHANGES)
     if added or removed:
         change = "; ".join(
             [f"added {_compress(added)}"] * bool(added) + [f"removed {_compress(removed)}"] * bool(removed)
         )
-        out.append(
-            Impact(
-                name, "NodeName (node set)", change, ImpactClass.RESTART_ALL,
-                "every daemon holds the node table: the FAQ's procedure restarts slurmctld and slurmd everywhere"
-                + (" (drain the removed nodes first: their jobs are lost)" if removed else ""),
-                FAQ_NODES, all_slurmd, _compress(removed),
+        gone = " (drain the removed nodes first: their jobs are lost)" if removed else ""
+        if nodes_by_reconf:
+            out.append(
+                Impact(
+                    name, "NodeName (node set)", change, ImpactClass.RECONFIGURE,
+                    f"Slurm {release(v)}: scontrol reconfigure applies node additions and removals{gone}",
+                    _src(NODE_CHANGES), "", _compress(removed),
+                )
             )
-        )
+        else:
+            out.append(
+                Impact(
+                    name, "NodeName (node set)", change, ImpactClass.RESTART_ALL,
+                    f"Slurm {release(v)}: every daemon holds the node table: the FAQ's procedure restarts slurmctld "
+                    f"and slurmd everywhere{gone}",
+                    FAQ_NODES, all_slurmd, _compress(removed),
+                )
+            )
     # nodes on both sides, grouped by what changed so one line covers a whole node group
     groups: dict[tuple[str, frozenset[str]], list[str]] = {}
     for n in sorted(set(na) & set(nb)):
@@ -312,7 +391,17 @@ def slurm_conf_impacts(name: str, a: ConfigRecords | None, b: ConfigRecords | No
             groups.setdefault((_kv_change(pa, pb, keys), keys), []).append(n)
     for (change, keys), nodes in sorted(groups.items()):
         hl = _compress(nodes)
-        if keys & NODE_ADDRESS:
+        if nodes_by_reconf and keys & (NODE_ADDRESS | NODE_HARDWARE):
+            hardware = bool(keys & NODE_HARDWARE)
+            out.append(
+                Impact(
+                    name, f"NodeName={hl}", change, ImpactClass.RECONFIGURE,
+                    f"Slurm {release(v)}: scontrol reconfigure applies node changes"
+                    + ("; drain first: running jobs were placed on the old layout" if hardware else ""),
+                    _src(NODE_CHANGES), "", hl if hardware else "",
+                )
+            )
+        elif keys & NODE_ADDRESS:
             out.append(Impact(name, f"NodeName={hl}", change, ImpactClass.RESTART_ALL,
                               "every daemon reaches the node by its address", SLURM_CONF, all_slurmd))
         elif keys & NODE_HARDWARE:
@@ -344,29 +433,62 @@ def slurm_conf_impacts(name: str, a: ConfigRecords | None, b: ConfigRecords | No
     return out
 
 
-def gres_conf_impacts(name: str, a: ConfigRecords | None, b: ConfigRecords | None) -> list[Impact]:
+def _gres_keys(la: list[dict[str, str]], lb: list[dict[str, str]]) -> set[str]:
+    """The keys whose values differ between two nodes' GRES lines (a value set per key)."""
+    keys = {k for line in [*la, *lb] for k in line}
+    return {k for k in keys if sorted(x.get(k, "") for x in la) != sorted(x.get(k, "") for x in lb)}
+
+
+def _gres_rule(keys: set[str], v: tuple[int, ...]) -> tuple[ImpactClass, str, str]:
+    """(class, why, source) of a node's changed GRES lines on release ``v``."""
+    if "Cores" in keys:  # the same sentence in gres.conf(5) from 22.05 through 26.05
+        return (ImpactClass.RESTART_SLURMCTLD, "gres.conf(5): a restart of slurmctld is needed for changes to Cores",
+                f"{GRES_CONF} (Cores)")
+    if "Type" in keys and not has(v, REEXEC):
+        return (ImpactClass.RESTART_SLURMCTLD, "gres.conf(5) before 23.11: Type changes need slurmctld and slurmd "
+                "restarted", f"{GRES_CONF} (Type) @slurm-22-05-0-1")
+    if has(v, REEXEC):
+        return (ImpactClass.RECONFIGURE, f"Slurm {release(v)}: reconfigure starts new slurmds, which read their "
+                "devices", f"{_src(REEXEC)}; {GRES_CONF} (Type) @slurm-23-11-0-1")
+    return ImpactClass.RESTART_SLURMD, "slurmd reads its devices at start", GRES_CONF
+
+
+def gres_conf_impacts(
+    name: str, a: ConfigRecords | None, b: ConfigRecords | None, v: tuple[int, ...] = (22, 5)
+) -> list[Impact]:
     all_slurmd = all_slurmd_nodes(a, b)
     ga = a.gres_globals if a else {}
     gb = b.gres_globals if b else {}
-    _cls, _why, source = BY_KEY["gres.conf"]
     out: list[Impact] = []
     if ga != gb:
         keys = [k for k in set(ga) | set(gb) if ga.get(k) != gb.get(k)]
-        out.append(Impact(name, "global lines", _kv_change(ga, gb, keys), ImpactClass.RESTART_SLURMD,
-                          "slurmd reads its GRES configuration at start", source, all_slurmd))
+        if has(v, REEXEC):
+            out.append(Impact(name, "global lines", _kv_change(ga, gb, keys), ImpactClass.RECONFIGURE,
+                              f"Slurm {release(v)}: reconfigure starts new slurmds, which read gres.conf",
+                              _src(REEXEC)))
+        else:
+            out.append(Impact(name, "global lines", _kv_change(ga, gb, keys), ImpactClass.RESTART_SLURMD,
+                              "slurmd reads its GRES configuration at start", GRES_CONF, all_slurmd))
     na, nb = _gres_per_node(a), _gres_per_node(b)
     changed = [n for n in sorted(set(na) | set(nb)) if na.get(n) != nb.get(n)]
-    recount = [n for n in changed if len(na.get(n, [])) != len(nb.get(n, []))]
-    drain = [n for n in recount if n in na]  # an added node runs no job to drain
-    if changed:
-        hl = _compress(changed)
+    # one line per rule, so a Cores change on some nodes does not restart slurmctld for the others
+    by_rule: dict[tuple[ImpactClass, str, str], list[str]] = {}
+    for n in changed:
+        # only a node with as many devices as before has a changed Cores or Type; a new count (or an
+        # added or removed node) is the count's rule: drain, and slurm.conf's Gres= carries slurmctld's side
+        same = n in na and n in nb and len(na[n]) == len(nb[n])
+        node_keys = _gres_keys(na[n], nb[n]) if same else set()
+        by_rule.setdefault(_gres_rule(node_keys, v), []).append(n)
+    for (cls, why, source), nodes in sorted(by_rule.items(), key=lambda kv: SEVERITY[kv[0][0]]):
+        hl = _compress(nodes)
+        recount = [n for n in nodes if len(na.get(n, [])) != len(nb.get(n, []))]
+        drain = [n for n in recount if n in na]  # an added node runs no job to drain
         counts = sorted({f"{len(na.get(n, []))} -> {len(nb.get(n, []))} devices" for n in recount})
         out.append(
             Impact(
                 name, f"NodeName={hl}", ("; ".join(counts) if counts else "device lines changed (same count)"),
-                ImpactClass.RESTART_SLURMD,
-                "slurmd reads its devices at start" + ("; the GRES count changes, so drain first" if drain else ""),
-                source, hl, _compress(drain),
+                cls, why + ("; the GRES count changes, so drain first" if drain else ""),
+                source, "" if cls is ImpactClass.RECONFIGURE else hl, _compress(drain),
             )
         )
     return out
@@ -382,7 +504,17 @@ def impacts(old: Manifest | None, new: Manifest | None, names: Iterable[str] | N
     oc, nc = (old.config if old else None), (new.config if new else None)
     slurmd_all = all_slurmd_nodes(oc, nc)
     wanted = set(names) if names is not None else set(of) | set(nf)
+    v = policy_version(old, new)
     out: list[Impact] = []
+    if old is not None and new is not None and old.slurm_version != new.slurm_version:
+        out.append(
+            Impact(
+                "(Slurm release)", "slurm_version", f"{old.slurm_version} -> {new.slurm_version}",
+                ImpactClass.RESTART_ALL,
+                "new daemons: upgrade slurmdbd first, then slurmctld, then the slurmds; no reconfigure switches "
+                "binaries", UPGRADES, slurmd_all,
+            )
+        )
     for name in sorted(wanted):
         a, b = of.get(name), nf.get(name)
         if a is None and b is None:
@@ -399,11 +531,15 @@ def impacts(old: Manifest | None, new: Manifest | None, names: Iterable[str] | N
             out.append(Impact(name, "whole file", what, cls, why, source, slurmd_all))
             continue
         if leaf == "slurm.conf":
-            found = slurm_conf_impacts(name, oc, nc)
+            found = slurm_conf_impacts(name, oc, nc, v)
         elif leaf == "gres.conf":
-            found = gres_conf_impacts(name, oc, nc)
+            found = gres_conf_impacts(name, oc, nc, v)
         else:
             cls, why, source = file_rule(name, f.daemons)
+            if name == "slurm/cgroup.conf" and has(v, REEXEC):
+                cls, why, source = (ImpactClass.RECONFIGURE, f"Slurm {release(v)}: reconfigure starts new slurmds, "
+                                    "which read cgroup.conf; running steps keep the limits they started with",
+                                    f"{_src(REEXEC)}; {source}")
             what = "added" if a is None else "removed" if b is None else "changed"
             file_nodes = _compress(
                 n for s in (oc, nc) if s for r in s.nodes if r.group in f.node_groups for n in _expand(r.names)
@@ -414,6 +550,29 @@ def impacts(old: Manifest | None, new: Manifest | None, names: Iterable[str] | N
             found = [Impact(name, "comments", "comments only", ImpactClass.NONE, "daemons ignore comments", "-")]
         out += found
     return out
+
+
+def policy_version(old: Manifest | None, new: Manifest | None) -> tuple[int, ...]:
+    """The release whose rules classify a change: the installed side's (its daemons run the
+    reconfigure), else the new render's; 22.05 when neither is given."""
+    side = old or new
+    return version_tuple(side.slurm_version) if side else (22, 5)
+
+
+def release_rule(v: tuple[int, ...]) -> str:
+    """One sentence for the PR comment: what ``scontrol reconfigure`` applies on release ``v``."""
+    r = release(v)
+    if has(v, NODE_CHANGES):
+        return (f"Slurm {r}: scontrol reconfigure starts new slurmctld and slurmd processes and applies plugin, "
+                "GRES, cgroup and node changes, node additions and removals included; TCP ports, authentication, "
+                f"SlurmUser, ClusterName, SlurmctldHost and the state directories need restarts ({_src(NODE_CHANGES)})")
+    if has(v, REEXEC):
+        return (f"Slurm {r}: scontrol reconfigure starts new slurmctld and slurmd processes and applies plugin, GRES "
+                "and cgroup changes; adding, removing or changing nodes still restarts slurmctld and all slurmd "
+                f"(the FAQ's procedure up to 24.05), as do TCP ports and authentication ({_src(REEXEC)})")
+    return (f"Slurm {r}: scontrol reconfigure makes the running daemons re-read slurm.conf; plugins, TCP ports, "
+            "authentication and adding or removing nodes restart slurmctld and all slurmd (scontrol(1) reconfigure "
+            "@slurm-22-05-0-1; FAQ add_nodes)")
 
 
 def host_actions(found: Iterable[Impact], *, host: str, controller: bool, compute: bool, dbd: bool) -> list[str]:
@@ -451,13 +610,17 @@ class Operations:
 
     cls: ImpactClass
     steps: tuple[str, ...]
+    rule: str = ""
+    """What reconfigure applies on the release the impacts were classified for (``release_rule``)."""
 
 
-def summarise(impacts: list[Impact], *, retired: str = "") -> Operations:
+def summarise(impacts: list[Impact], *, retired: str = "", version: tuple[int, ...] | None = None) -> Operations:
     """``retired``: cloud nodes retire.py drains and terminates before configure (neither drained
-    nor given slurmd actions here: their instances are gone)."""
+    nor given slurmd actions here: their instances are gone). ``version``: the release the impacts
+    were classified for (``policy_version``); it names the rule in ``Operations.rule``."""
+    rule = release_rule(version) if version else ""
     if not impacts:
-        return Operations(ImpactClass.NONE, ())
+        return Operations(ImpactClass.NONE, (), rule)
     top = max((i.cls for i in impacts), key=SEVERITY.__getitem__)
     gone = set(_expand(retired))
     drain = _compress(n for i in impacts if i.drain_nodes for n in _expand(i.drain_nodes) if n not in gone)
@@ -486,4 +649,4 @@ def summarise(impacts: list[Impact], *, retired: str = "") -> Operations:
         steps.append(f"scontrol update NodeName={drain} State=RESUME (nodes that still exist)")
     if top is ImpactClass.NONE:
         steps = ["install the new configs; no daemon action (new jobs pick the change up)"]
-    return Operations(top, tuple(steps))
+    return Operations(top, tuple(steps), rule)

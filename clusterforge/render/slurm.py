@@ -169,13 +169,18 @@ def _merged(flag: str, key: str, extra: dict[str, str]) -> str:
 def cloud_settings(m: ClusterModel, extra: dict[str, str]) -> tuple[Setting, ...]:
     """What State=CLOUD nodes whose instances an ASG keeps running need (observed with real 22.05
     daemons: tests/test_slurm_cloud_nodes.py)."""
-    out = [
-        Setting(
-            "SlurmctldParameters",
-            _merged("cloud_reg_addrs", "SlurmctldParameters", extra),
-            "cloud_reg_addrs: a CLOUD node's NodeAddr/NodeHostname are set from its slurmd's registration "
-            "(node_mgr.c validate_node_specs), so a replacement instance rejoins under its new address",
-        ),
+    out = []
+    if not has(m.version, "cloud_reg_addrs_default"):
+        # from 23.11 this is what slurmctld always does, and it logs an error for the defunct option
+        out.append(
+            Setting(
+                "SlurmctldParameters",
+                _merged("cloud_reg_addrs", "SlurmctldParameters", extra),
+                "cloud_reg_addrs: a CLOUD node's NodeAddr/NodeHostname are set from its slurmd's registration "
+                "(node_mgr.c validate_node_specs), so a replacement instance rejoins under its new address",
+            )
+        )
+    out += [
         Setting(
             "TreeWidth",
             "65533",
@@ -277,7 +282,9 @@ def partition_fields(m: ClusterModel) -> list[dict[str, Any]]:
             ("DefMemPerCPU", str(p.def_mem_per_cpu)),
         ]
         if p.exclusive:
-            f.append(("OverSubscribe", "EXCLUSIVE"))
+            # 26.05 documents whole-node partitions as Exclusive=NODE; OverSubscribe=EXCLUSIVE stays
+            # parsed only for compatibility (versions.py partition_exclusive)
+            f.append(("Exclusive", "NODE") if has(m.version, "partition_exclusive") else ("OverSubscribe", "EXCLUSIVE"))
         f.append(("State", "UP"))
         out.append(_pairs(f))
     return out
@@ -339,7 +346,13 @@ def gres_groups(m: ClusterModel) -> list[dict[str, Any]]:
 
 def cgroup_settings(m: ClusterModel) -> list[Setting]:
     out = [
-        Setting("CgroupPlugin", "autodetect", "cgroup v2 where the host runs it, else v1"),
+        Setting(
+            "CgroupPlugin",
+            "autodetect",
+            "cgroup v2 where the host runs it, else v1 (deprecated since 25.05: slurmd warns on a v1 host)"
+            if has(m.version, "cgroup_v1_deprecated")
+            else "cgroup v2 where the host runs it, else v1",
+        ),
     ]
     if not has(m.version, "no_cgroup_automount"):
         out.append(Setting("CgroupAutomount", "yes", "mount missing v1 controllers (removed in 23.11)"))

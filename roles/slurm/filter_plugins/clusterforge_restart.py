@@ -4,7 +4,9 @@ The role holds no restart policy of its own: this filter asks clusterforge's, th
 comment reports (``clusterforge.render.restart``). It compares the manifest this host last
 installed (the copy the role keeps at ``/etc/slurm/.clusterforge-manifest.json``) with the new
 render's, record by record, and returns the handlers this host runs, in handler order:
-``restart slurmdbd``, ``restart slurmctld``, ``reconfigure``, ``restart slurmd``.
+``restart slurmdbd``, ``restart slurmctld``, ``reconfigure``, ``restart slurmd``. The policy is the
+installed release's (the copy's ``slurm_version``): from 23.11 a reconfigure also applies plugin,
+GRES and cgroup changes, from 24.11 node changes too; a change of release restarts every daemon.
 
 Which files count: those the role changed on this host in this run, plus those whose hash differs
 between the two manifests (installed by an earlier run that failed before its handlers ran and the
