@@ -80,7 +80,7 @@ def sh(lc: LocalCluster, node: str, script: str) -> str:
 def installed(lc: LocalCluster, node: str, pkg: str) -> str | None:
     """The installed version of ``pkg`` on ``node``, or None."""
     p = run(lc, node, f"dpkg-query -W -f '${{Status}} ${{Version}}' {pkg}")
-    m = re.fullmatch(r"install ok installed (\S+)", p.stdout.strip())
+    m = re.fullmatch(r"(?:install|hold) ok installed (\S+)", p.stdout.strip())  # held: the roles hold some
     return m.group(1) if p.returncode == 0 and m else None
 
 
