@@ -1,7 +1,7 @@
 """End to end: the efa, infiniband, rocm and storage roles run on local hosts, twice.
 
 ``examples/local-roles.yaml`` (a controller, an AMD MI300X node on RoCE, a CPU node that
-``local-roles.standins.yaml`` gives an EFA interface and an NVMe disk) comes up on a /24 of its
+``standins/local-roles.yaml`` gives an EFA interface and an NVMe disk) comes up on a /24 of its
 own; ``playbooks/site.yml`` runs once for real and once more, when it must change nothing. In
 between each host is asked what the roles really did: packages from the stand-in ROCm repository
 (pinned), Debian's rdma-core, the stand-in EFA installer's packages and bookkeeping, the loop

@@ -16,7 +16,7 @@ SPEC = ROOT / "examples" / "local-roles.yaml"
 
 
 def test_the_example_stand_in_file_gives_cpu_001_efa_and_one_disk() -> None:
-    assert standin_hw.sidecar(SPEC) == ROOT / "examples" / "local-roles.standins.yaml"
+    assert standin_hw.sidecar(SPEC) == ROOT / "examples" / "standins" / "local-roles.yaml"
     got = standin_hw.read_standins(SPEC, ["ctl", "mi-01", "cpu-001"])
     assert got == {"cpu-001": standin_hw.HostStandins(efa=True, nvme_disks=1, nvme_mount="/scratch")}
 
@@ -37,7 +37,8 @@ def test_a_spec_without_a_stand_in_file_has_none() -> None:
 )
 def test_a_bad_stand_in_file_is_refused_with_the_key(tmp_path: Path, text: str, message: str) -> None:
     spec = tmp_path / "s.yaml"
-    (tmp_path / "s.standins.yaml").write_text(text)
+    (tmp_path / "standins").mkdir()
+    (tmp_path / "standins" / "s.yaml").write_text(text)
     with pytest.raises(LocalError, match=message):
         standin_hw.read_standins(spec, ["a", "b"])
 

@@ -5,7 +5,9 @@ Made after the nodes boot and before Ansible runs (``attach``), removed by ``dow
 * AMD GPUs, from the spec (a node group whose profile has AMD GPUs): ``/dev/kfd`` and, per GPU,
   ``/dev/dri/cardN`` + ``/dev/dri/renderD(128+N)`` (DRM's major 226), the device files the
   rendered gres.conf names; no driver stands behind them, as none stands behind ``/dev/nvidiaN``.
-* What an on-prem spec cannot say, from a file next to it (``<spec>.standins.yaml``): EFA and
+* What an on-prem spec cannot say, from ``standins/<spec file name>`` beside the spec (for
+  ``examples/local-roles.yaml``: ``examples/standins/local-roles.yaml``; a folder of its own, so
+  that nothing mistakes it for a spec): EFA and
   instance-store NVMe exist only on EC2 (the spec keeps them under ``cloud:``), so a host listed
   there with ``efa: true`` joins ``fabric_efa`` (the efa role runs the stand-in installer), and
   one with ``nvme_disks: N`` gets N file-backed loop devices of ``NVME_MIB`` each, passed into
@@ -34,7 +36,7 @@ from clusterforge.local.layout import REPO_PORT, LocalError, LocalLayout
 
 #: mkfs.xfs refuses file systems under 300 MB (xfsprogs 5.19 and later); sparse, so cheap
 NVME_MIB = 512
-SIDECAR_SUFFIX = ".standins.yaml"
+SIDECAR_DIR = "standins"
 #: /dev/kfd's major is allocated when amdgpu loads; any number stands in (nothing opens it here)
 KFD_MAJOR = 511
 DRM_MAJOR = 226
@@ -48,7 +50,7 @@ class HostStandins:
 
 
 def sidecar(spec_path: Path) -> Path:
-    return spec_path.with_name(spec_path.name.rsplit(".", 1)[0] + SIDECAR_SUFFIX)
+    return spec_path.parent / SIDECAR_DIR / spec_path.name
 
 
 def read_standins(spec_path: Path, hosts: list[str]) -> dict[str, HostStandins]:
@@ -150,7 +152,7 @@ def attach(
     for host, hs in read_standins(spec_path, layout.names).items():
         if hs.efa:
             efa.append(host)
-            notes.append(f"{host}: joins fabric_efa ({sidecar(spec_path).name}; EFA exists only on EC2)")
+            notes.append(f"{host}: joins fabric_efa ({SIDECAR_DIR}/{spec_path.name}; EFA exists only on EC2)")
         devs: list[str] = []
         for k in range(hs.nvme_disks):
             img = d / f"{host}-nvme{k}.img"
