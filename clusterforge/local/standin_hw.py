@@ -180,7 +180,7 @@ def attach(
         tree["all"]["children"] = {"fabric_efa": {"hosts": {h: {} for h in efa}}}
     (inv / "standins.yml").write_text(
         "# Local mode's role variables and stand-in groups (clusterforge/local/standin_hw.py).\n"
-        + yaml.safe_dump(tree, sort_keys=False, explicit_start=True)
+        + yaml.safe_dump(tree, sort_keys=False, explicit_start=True, width=200)
     )
     return notes
 
