@@ -171,6 +171,7 @@ class LocalCluster:
             say(f"nodes: starting {len(layout.nodes)} on {layout.net}.0/24 ({', '.join(layout.names)})")
             specs = [f"{n.name}={n.address}" + (f":gpu{n.gpus}" if n.gpus else "") for n in layout.nodes]
             self._nodes_sh("up", rootfs, repo, layout.net, layout.prefix, *specs, timeout=600)
+            self._attach_standins(layout, Path(spec_path), say)
             seconds["nodes"] = time.monotonic() - t
         result = None
         if configure:
@@ -178,6 +179,17 @@ class LocalCluster:
             result = self.configure(check=check, diff=diff, progress=ansible_progress)
             seconds["configure"] = time.monotonic() - t
         return UpResult(layout=layout, seconds=seconds, configure=result)
+
+    def _attach_standins(self, layout: LocalLayout, spec_path: Path, say: Callable[[str], Any]) -> None:
+        """Stand-in hardware (AMD device files, EFA group, NVMe loop devices) and the roles' local
+        variables, before Ansible runs (standin_hw.py); its notes join the layout's overrides."""
+        from clusterforge.local import standin_hw
+
+        notes = standin_hw.attach(self.state, layout, spec_path, self.on)
+        for n in notes:
+            say(f"local override: {n}")
+        layout.overrides.extend(notes)
+        self.save_layout(layout)
 
     def _up_aws(
         self, spec_path: Path, net: str, *, configure: bool, check: bool, diff: bool, say: Callable[[str], Any],
@@ -371,6 +383,9 @@ class LocalCluster:
             if p.is_file():
                 removed += [f"{f[:-1] if f == 'pids' else f}: {ln}" for ln in p.read_text().split() if ln]
         self._nodes_sh("down", timeout=600)
+        from clusterforge.local import standin_hw
+
+        removed += standin_hw.detach(self.state)  # after the nodes: their mounts held the loops
         # Ansible's SSH control masters of this cluster (their sockets are in the state folder)
         cp = proc.run(["pgrep", "-f", f"{self.state}/cp/"], timeout=30)
         for pid in cp.stdout.split():

@@ -174,12 +174,8 @@ def plan_layout(spec_path: Path, net: str = DEFAULT_NET) -> LocalLayout:
         new_addrs.setdefault(gi, []).append(addr)
         g = cluster.node_groups[gi]
         prof = rc.group(g.name).profile if g.onprem else None
-        gpus = prof.gpu.count if prof and prof.gpu else 0
-        if prof and prof.gpu and prof.gpu.vendor != "nvidia":
-            raise LocalError(
-                f"node_groups[{gi}] ({g.name}) uses profile {prof.name!r} with {prof.gpu.vendor} GPUs; local mode "
-                "fakes NVIDIA devices only: use an NVIDIA profile such as dgx-h100 in the local spec"
-            )
+        # nodes.sh fakes /dev/nvidiaN; AMD device files come from standin_hw.py after boot
+        gpus = prof.gpu.count if prof and prof.gpu and prof.gpu.vendor == "nvidia" else 0
         nodes.append(LocalNode(host, addr, g.name, role, gpus))
     if moved:
         overrides.append(f"addresses (not in {nw}): " + ", ".join(moved))

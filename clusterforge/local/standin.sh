@@ -5,6 +5,8 @@
 # signed apt repositories laid out like the vendors' own:
 #   REPO_ROOT/nvidia/   flat repository, like developer.download.nvidia.com/compute/cuda/repos/<distro>/x86_64/
 #   REPO_ROOT/grafana/  dists/stable/main, like apt.grafana.com
+#   REPO_ROOT/rocm/, REPO_ROOT/amdgpu/  like repo.radeon.com (standin-rocm.sh)
+#   REPO_ROOT/efa/      the EFA installer tarball, like efa-installer.amazonaws.com (standin-efa.sh)
 # each signed (InRelease) by a throw-away key published as standin-key.asc next to it, so the
 # roles' key download, signed-by sources, pinning and holds run exactly as in production.
 # The packages' programs are small fakes: nvidia-smi lists the /dev/nvidiaN devices, daemons
@@ -12,7 +14,7 @@
 set -euo pipefail
 ROOT=${1:?REPO_ROOT}
 HERE=$(cd "$(dirname "$0")" && pwd)
-stamp=$(cat "$0" | sha256sum | cut -c1-12)
+stamp=$(cat "$0" "$HERE"/standin-rocm.sh "$HERE"/standin-efa.sh | sha256sum | cut -c1-12)
 [ -f "$ROOT/.standin-$stamp" ] && exit 0
 command -v apt-ftparchive >/dev/null || { echo "apt-ftparchive missing: apt-get install -y apt-utils" >&2; exit 2; }
 WORK=$(mktemp -d); trap 'rm -rf "$WORK"' EXIT
@@ -132,6 +134,13 @@ mkdir -p "$G/dists/stable/main/binary-amd64"
   && gpg --batch --yes --local-user "$KEYID" --clearsign -o dists/stable/InRelease dists/stable/Release)
 gpg --batch --armor --export "$KEYID" > "$G/standin-key.asc"
 
-rm -rf "$ROOT/nvidia" "$ROOT/grafana"
+# ROCm (repo.radeon.com's layout): rocm/apt/<ver>/ and amdgpu/<ver>/ubuntu/, suite jammy, Origin
+# repo.radeon.com (the role's rocm-pin-600 matches on it), one key published as AMD's rocm.gpg.key
+. "$HERE/standin-rocm.sh"  # sourced: uses pkg, WORK and KEYID from here
+# EFA: the installer tarball (efa-installer.amazonaws.com's name and layout) and its SHA256SUMS
+. "$HERE/standin-efa.sh"   # sourced: uses pkg, WORK and ROOT/debian (the real rdma-core .debs)
+
+rm -rf "$ROOT/nvidia" "$ROOT/grafana" "$ROOT/rocm" "$ROOT/amdgpu" "$ROOT/efa"
 mv "$N" "$ROOT/nvidia"; mv "$G" "$ROOT/grafana"
+mv "$WORK/rocm" "$ROOT/rocm"; mv "$WORK/amdgpu" "$ROOT/amdgpu"; mv "$WORK/efa" "$ROOT/efa"
 rm -f "$ROOT"/.standin-*; touch "$ROOT/.standin-$stamp"
