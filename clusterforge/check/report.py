@@ -74,6 +74,8 @@ class GresDevice:
 class CheckReport:
     path: Path
     cluster: str | None = None
+    slurm_version: str | None = None  # the release the render targets (manifest slurm_version)
+    daemons: str | None = None  # which release loaded it: "slurm-wlm 24.11.5 (Debian 13 trixie root filesystem …)"
     problems: list[Problem] = field(default_factory=list)
     overrides: list[Override] = field(default_factory=list)
     # Parsed daemon output: scontrol show node -o (by NodeName), show partition -o (by
@@ -120,6 +122,8 @@ def format_report(report: CheckReport) -> str:
         f"check {report.path}{f' [{report.cluster}]' if report.cluster else ''}: {head}"
         + (f" in {total:.2f} s" if total is not None else "")
     ]
+    if report.daemons:
+        lines.append(f"rendered for Slurm {report.slurm_version}; loaded by {report.daemons}")
     if report.problems:
         lines.append("problems:")
         lines += [f"  [{p.kind}] {p.message}" for p in report.problems]

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from clusterforge import proc
 from clusterforge.check import compare
+from clusterforge.check.daemons import Daemons
 from clusterforge.check.report import CheckReport, ProblemKind
 from clusterforge.render.manifest import Expect
 
@@ -69,10 +70,10 @@ def noise(line: str, patterns: Iterable[tuple[str, str]]) -> bool:
 
 @dataclass
 class Slurmctld:
-    """One run of slurmctld for one check. ``bins`` maps tool names to absolute paths."""
+    """One run of slurmctld for one check, of the release ``daemons`` says."""
 
     report: CheckReport
-    bins: Mapping[str, str]
+    daemons: Daemons
     tmp: Path
     hosts: Path
     env: Mapping[str, str]
@@ -97,12 +98,15 @@ class Slurmctld:
                 batch.append(f"addr add {c.address}/128 dev lo")
         ipb = self.tmp / "ip.batch"
         ipb.write_text("\n".join(batch) + "\n")
+        d = self.daemons
         script = (
-            'mount --bind "$1" /etc/hosts && hostname "$2" && ip -batch "$3" && '
-            f'echo "{NS_READY}" && exec "$4" -D -c -f "$5"'
+            d.mounts(self.hosts)
+            + f'hostname "$1" && ip -batch "$2" && echo "{NS_READY}" && '
+            + d.exec("slurmctld")
+            + ' -D -c -f "$3"'
         )
-        argv = [self.bins["unshare"], "--uts", "--mount", "--net", "--", "sh", "-c", script, "sh"]
-        argv += [str(self.hosts), expect.controller.name, str(ipb), self.bins["slurmctld"], str(conf)]
+        argv = [d.tools["unshare"], "--uts", "--mount", "--net", "--", "sh", "-c", script, "sh"]
+        argv += [expect.controller.name, str(ipb), str(conf)]
         env = dict(self.env, SLURM_CONF=str(conf))
         t0 = time.monotonic()
         daemon = proc.start(argv, env=env)
@@ -150,7 +154,9 @@ class Slurmctld:
     def query(self, pid: int, env: Mapping[str, str], expect: Expect) -> None:
         """scontrol inside the controller's namespaces (its address, its /etc/hosts), in parallel."""
         r = self.report
-        ns = [self.bins["nsenter"], "-t", str(pid), "-u", "-m", "-n", "--", self.bins["scontrol"]]
+        # the controller's own release of scontrol (chrooted into its view in root mode): the RPC
+        # protocol of scontrol and slurmctld must match
+        ns = [self.daemons.tools["nsenter"], "-t", str(pid), "-u", "-m", "-n", "--", *self.daemons.argv("scontrol")]
         timeout = self.remaining()  # the controller is up: a slow answer is load, not a hang
         results: dict[str, proc.ProcError | str] = {}
 
