@@ -79,10 +79,12 @@ class CheckReport:
     problems: list[Problem] = field(default_factory=list)
     overrides: list[Override] = field(default_factory=list)
     # Parsed daemon output: scontrol show node -o (by NodeName), show partition -o (by
-    # PartitionName), show topology (by SwitchName), and slurmd -G (by probed node name).
+    # PartitionName), show topology (switches by SwitchName), and slurmd -G (by probed node name).
     nodes: dict[str, dict[str, str]] = field(default_factory=dict)
     partitions: dict[str, dict[str, str]] = field(default_factory=dict)
     topology: dict[str, dict[str, str]] = field(default_factory=dict)
+    # scontrol show topology's blocks (topology/block): by BlockName and by AggregatedBlock
+    blocks: dict[str, dict[str, str]] = field(default_factory=dict)
     gres: dict[str, list[GresDevice]] = field(default_factory=dict)
     slurmctld_log: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per step, plus "total"
@@ -135,7 +137,7 @@ def format_report(report: CheckReport) -> str:
     if report.nodes:
         lines.append(
             f"slurmctld: {len(report.nodes)} nodes, {len(report.partitions)} partitions, "
-            f"{len(report.topology)} switches"
+            f"{len(report.topology)} switches" + (f", {len(report.blocks)} blocks" if report.blocks else "")
         )
     for n, devs in report.gres.items():
         gpus = [d for d in devs if d.name == "gpu"]

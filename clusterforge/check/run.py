@@ -106,7 +106,10 @@ class _Check:
                 )
                 self.started.append(probe.daemon)
                 probes.append(probe)
-        ctld = Slurmctld(r, daemons, self.tmp, self.hosts, self.env, self.deadline, copies.accounting_off)
+        ctld = Slurmctld(
+            r, daemons, self.tmp, self.hosts, self.env, self.deadline, copies.accounting_off,
+            manifest.config.block_sizes,
+        )
         ctld_errors = ctld.run(copies.ctld, expect, self.started)
         for probe in probes:
             slurmd.finish_probe(r, probe, ctld_errors, self.deadline)

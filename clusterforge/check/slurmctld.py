@@ -22,6 +22,7 @@ from pathlib import Path
 from clusterforge import proc
 from clusterforge.check import compare
 from clusterforge.check.daemons import Daemons
+from clusterforge.check.releases import release_of
 from clusterforge.check.report import CheckReport, ProblemKind
 from clusterforge.render.manifest import Expect
 
@@ -55,6 +56,7 @@ STAND_IN_ADDR = "192.0.2.1"  # TEST-NET-1 (RFC 5737): never a real host; see Slu
 # slurmctld saves its state on SIGTERM and notices the signal only between 1 s background ticks;
 # the state is thrown away, so it gets less time before SIGKILL.
 _CTLD_GRACE_S = 1.0
+TOPOLOGY_YAML = (25, 5)  # slurmctld reads topology.yaml (and scontrol has show topoconf) from 25.05
 _GRACE_S = 2.0
 _QUERIES: dict[str, list[str]] = {
     "node": ["show", "node", "-o"],
@@ -79,6 +81,7 @@ class Slurmctld:
     env: Mapping[str, str]
     deadline: float
     accounting_off: bool
+    block_sizes: tuple[int, ...] = ()  # the manifest's BlockSizes (config.block_sizes)
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
@@ -159,10 +162,16 @@ class Slurmctld:
         ns = [self.daemons.tools["nsenter"], "-t", str(pid), "-u", "-m", "-n", "--", *self.daemons.argv("scontrol")]
         timeout = self.remaining()  # the controller is up: a slow answer is load, not a hang
         results: dict[str, proc.ProcError | str] = {}
+        queries = dict(_QUERIES)
+        release = release_of(self.daemons.version)
+        if release is not None and release >= TOPOLOGY_YAML:
+            # 25.05+: the plugin is per topology in topology.yaml; show config keeps slurm.conf's
+            # default (topology/flat), show topoconf prints the topologies slurmctld loaded
+            queries["topoconf"] = ["show", "topoconf"]
 
         def one(what: str) -> None:
             try:
-                cp = proc.run(ns + _QUERIES[what], timeout=timeout, env=env)
+                cp = proc.run(ns + queries[what], timeout=timeout, env=env)
             except proc.ProcError as exc:
                 results[what] = exc
                 return
@@ -171,13 +180,13 @@ class Slurmctld:
             else:
                 results[what] = cp.stdout
 
-        threads = [threading.Thread(target=one, args=(w,)) for w in _QUERIES]
+        threads = [threading.Thread(target=one, args=(w,)) for w in queries]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         outputs: dict[str, str] = {}
-        for what in _QUERIES:
+        for what in queries:
             res = results.get(what)
             if isinstance(res, proc.ProcTimeout):
                 r.add(ProblemKind.TIMEOUT, f"scontrol show {what} did not answer")
@@ -186,7 +195,10 @@ class Slurmctld:
             else:
                 outputs[what] = res
         if "config" in outputs:
-            compare.compare_config(r, compare.parse_config(outputs["config"]), expect)
+            config = compare.parse_config(outputs["config"])
+            if "topoconf" in outputs:
+                config["TopologyPlugin"] = compare.topoconf_plugin(outputs["topoconf"]) or "topology/flat"
+            compare.compare_config(r, config, expect)
         if "node" in outputs:
             r.nodes = compare.records(outputs["node"], "NodeName")
             compare.compare_nodes(r, expect)
@@ -195,4 +207,6 @@ class Slurmctld:
             compare.compare_partitions(r, expect)
         if "topology" in outputs:
             r.topology = compare.records(outputs["topology"], "SwitchName")
-            compare.compare_topology(r, expect)
+            r.blocks = compare.records(outputs["topology"], "BlockName")
+            r.blocks |= compare.records(outputs["topology"], "AggregatedBlock")
+            compare.compare_topology(r, expect, self.block_sizes)
