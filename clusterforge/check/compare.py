@@ -142,19 +142,22 @@ _TOPOCONF_PLUGINS = ("block", "tree", "ring", "torus3d", "flat")
 
 
 def topoconf_plugin(text: str) -> str | None:
-    """The plugin of the cluster's default topology from ``scontrol show topoconf`` (25.05+):
-    the topologies slurmctld loaded, as YAML; slurmctld lists every plugin key of an entry, the
-    unused ones as ``{}``, so the plugin is the key with content. None: no topology (flat)."""
+    """The plugin of the cluster's default topology from ``scontrol show topoconf`` (25.05+),
+    which prints the topologies slurmctld loaded as YAML, every plugin key of an entry with the
+    unused ones as ``{}`` (so the plugin is the key with content; none = ``topology/flat``).
+    None when no entry is the cluster default: slurmctld read slurm.conf's TopologyPlugin and
+    topology.conf, and shows them as ``- topology: default / cluster_default: false`` with every
+    key empty (seen with 26.05.5), so ``show config``'s TopologyPlugin holds."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError:
         return None
     entries = [e for e in data if isinstance(e, dict)] if isinstance(data, list) else []
-    default = next((e for e in entries if e.get("cluster_default")), entries[0] if entries else None)
+    default = next((e for e in entries if e.get("cluster_default") is True), None)
     if default is None:
         return None
     used = [k for k in _TOPOCONF_PLUGINS if default.get(k)]
-    return f"topology/{used[0]}" if used and used[0] != "flat" else None
+    return f"topology/{used[0]}" if used else "topology/flat"
 
 
 def compare_config(report: CheckReport, config: dict[str, str], expect: Expect) -> None:

@@ -196,8 +196,9 @@ class Slurmctld:
                 outputs[what] = res
         if "config" in outputs:
             config = compare.parse_config(outputs["config"])
-            if "topoconf" in outputs:
-                config["TopologyPlugin"] = compare.topoconf_plugin(outputs["topoconf"]) or "topology/flat"
+            plugin = compare.topoconf_plugin(outputs.get("topoconf", ""))
+            if plugin is not None:
+                config["TopologyPlugin"] = plugin
             compare.compare_config(r, config, expect)
         if "node" in outputs:
             r.nodes = compare.records(outputs["node"], "NodeName")
