@@ -545,6 +545,44 @@ def test_missing_rootfs_is_an_environment_problem_naming_the_command(
 
 @pytest.mark.slurm
 @slurm
+@pytest.mark.parametrize(
+    ("body", "want"),
+    [
+        # "builds" a folder without daemons: built, then refused by what preflight looks for
+        ('mkdir -p "$1/rootfs-$2-$3" && touch "$1/rootfs-$2-$3/.complete"',
+         "{cache}/rootfs-trixie-slurm has no slurmctld, slurmd, scontrol, munge, munged: remove it and build "
+         "it again with `{sh} {cache} trixie slurm`"),
+        ("echo 'E: no mirror' >&2; exit 1", "`{sh} {cache} trixie slurm` failed (rc=1): E: no mirror"),
+        ("exec sleep 30", "building the Debian 13 trixie root filesystem failed: "),
+    ],
+    ids=["built-but-empty", "fails", "hangs"],
+)
+def test_build_rootfs_is_bounded_and_its_failures_are_environment_problems(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, want: str
+) -> None:
+    """``check_dir(build_rootfs=True)`` runs rootfs.sh (a stand-in here) under its own time limit."""
+    from clusterforge.check import environment
+
+    cache = tmp_path / "cache"
+    sh = tmp_path / "rootfs.sh"
+    sh.write_text(f"#!/bin/sh\n{body}\n")
+    sh.chmod(0o755)
+    monkeypatch.setenv("CLUSTERFORGE_CACHE", str(cache))
+    monkeypatch.setattr(environment, "ROOTFS_SH", sh)
+    monkeypatch.setattr(environment, "ROOTFS_BUILD_TIMEOUT_S", 2.0)
+    d = tmp_path / "rendered"
+    shutil.copytree(GOOD, d)
+    set_version("24.05")(d)
+    t0 = time.monotonic()
+    report = check_dir(d, timeout_s=30, build_rootfs=True)
+    assert time.monotonic() - t0 < 10
+    assert report.kinds() == {ProblemKind.ENVIRONMENT}, format_report(report)
+    assert messages(report, ProblemKind.ENVIRONMENT).startswith(want.format(cache=cache, sh=sh))
+    assert "rootfs_build" in report.timings
+
+
+@pytest.mark.slurm
+@slurm
 def test_expect_8_gpus_but_conf_says_4(tmp_path: Path) -> None:
     report = run_check(tmp_path, replace("slurm/slurm.conf", "Gres=gpu:h100:8", "Gres=gpu:h100:4"))
     assert {ProblemKind.NODE_MISMATCH, ProblemKind.GRES_MISMATCH} <= report.kinds()
