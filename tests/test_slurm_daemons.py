@@ -190,8 +190,8 @@ TREE_SEEN = {
 BLOCKS_SEEN = {
     "nvl-a": ("dgx-[001-016]", "16"),
     "nvl-b": ("dgx-[017-032]", "16"),
-    "nvl-a,nvl-b": ("dgx-[001-032]", "32"),  # AggregatedBlock: BlockSizes' 32 joins the two
 }
+AGGREGATES_SEEN = {"nvl-a,nvl-b": ("dgx-[001-032]", "32")}  # AggregatedBlock: BlockSizes' 32 joins the two
 
 
 @needs_slurm
@@ -207,7 +207,7 @@ def test_tree_topology_matches_scontrol(version: str, tmp_path: Path, release_da
     assert report.daemons is not None and report.daemons.startswith(STANDS_IN[version] + " ")
     got = {k: (v.get("Nodes"), v.get("Switches")) for k, v in report.topology.items()}
     assert got == TREE_SEEN
-    assert report.blocks == {}
+    assert report.blocks == report.aggregated_blocks == {}
 
 
 @needs_slurm
@@ -223,6 +223,8 @@ def test_block_topology_matches_scontrol(version: str, tmp_path: Path, release_d
     assert report.daemons is not None and report.daemons.startswith(STANDS_IN[version] + " ")
     got = {k: (v.get("Nodes"), v.get("BlockSize")) for k, v in report.blocks.items()}
     assert got == BLOCKS_SEEN
+    got = {k: (v.get("Nodes"), v.get("BlockSize")) for k, v in report.aggregated_blocks.items()}
+    assert got == AGGREGATES_SEEN
     assert report.topology == {}
 
 

@@ -296,7 +296,7 @@ def _compare_blocks(report: CheckReport, expect: Expect, block_sizes: tuple[int,
     joins (24.11 and 26.05 print the same). The base blocks' BlockSize is the first BlockSizes
     entry, and every aggregate's is one of the larger ones."""
     want = {b.name: b for b in expect.topology.blocks}
-    base = {k: v for k, v in report.blocks.items() if "BlockName" in v}
+    base = report.blocks
     for b in expect.topology.blocks:
         got = base.get(b.name)
         if got is None:
@@ -311,9 +311,7 @@ def _compare_blocks(report: CheckReport, expect: Expect, block_sizes: tuple[int,
             report.add(ProblemKind.TOPOLOGY_MISMATCH, f"block {b.name}: " + "; ".join(diffs), b.name)
     for name in sorted(set(base) - set(want)):
         report.add(ProblemKind.TOPOLOGY_MISMATCH, f"slurmctld has block {name}, which expect does not list", name)
-    for name, agg in sorted(report.blocks.items()):
-        if "AggregatedBlock" not in agg:
-            continue
+    for name, agg in sorted(report.aggregated_blocks.items()):
         members = [m for m in name.split(",") if m]
         union = set().union(*(set(names(want[m].nodes)) for m in members if m in want))
         diffs = []

@@ -83,8 +83,10 @@ class CheckReport:
     nodes: dict[str, dict[str, str]] = field(default_factory=dict)
     partitions: dict[str, dict[str, str]] = field(default_factory=dict)
     topology: dict[str, dict[str, str]] = field(default_factory=dict)
-    # scontrol show topology's blocks (topology/block): by BlockName and by AggregatedBlock
+    # scontrol show topology's blocks (topology/block): by BlockName, and the aggregates a larger
+    # BlockSizes entry makes, by AggregatedBlock (the member names)
     blocks: dict[str, dict[str, str]] = field(default_factory=dict)
+    aggregated_blocks: dict[str, dict[str, str]] = field(default_factory=dict)
     gres: dict[str, list[GresDevice]] = field(default_factory=dict)
     slurmctld_log: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per step, plus "total"

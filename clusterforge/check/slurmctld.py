@@ -213,5 +213,5 @@ class Slurmctld:
         if "topology" in outputs:
             r.topology = compare.records(outputs["topology"], "SwitchName")
             r.blocks = compare.records(outputs["topology"], "BlockName")
-            r.blocks |= compare.records(outputs["topology"], "AggregatedBlock")
+            r.aggregated_blocks = compare.records(outputs["topology"], "AggregatedBlock")
             compare.compare_topology(r, expect, self.block_sizes)
