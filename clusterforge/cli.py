@@ -153,13 +153,24 @@ def render_cmd(
 def check_cmd(
     rendered: Annotated[Path, typer.Argument(help="a folder written by `clusterforge render`")],
     timeout: Annotated[float, typer.Option(help="seconds the whole check may wait (all daemons together)")] = 30.0,
+    build_rootfs: Annotated[
+        bool,
+        typer.Option(
+            "--build-rootfs",
+            help="build the release family's cached Debian root filesystem when it is missing (~50 s, once)",
+        ),
+    ] = False,
 ) -> None:
-    """Load a render into the real slurmctld/slurmd (needs Slurm, munge and root) and compare."""
+    """Load a render into the real slurmctld/slurmd of its release family (the host's own, or a
+    cached Debian root filesystem's: 22.05 bookworm, 23.02-24.11 trixie's 24.11, 25.05-26.05 sid's
+    26.05; needs root) and compare."""
     from clusterforge.check import check_dir, format_report
     from clusterforge.render.manifest import Manifest
 
     Manifest.read(rendered)  # a missing, old or malformed manifest is bad input: its message, exit 2
-    report = check_dir(rendered, timeout_s=timeout)
+    if build_rootfs:
+        err.print("check: builds the release family's root filesystem first if it is missing (timed as rootfs_build)")
+    report = check_dir(rendered, timeout_s=timeout, build_rootfs=build_rootfs)
     out.print(format_report(report), markup=False)
     raise typer.Exit(0 if report.ok else 1)
 

@@ -1,10 +1,19 @@
-"""The typed manifest of the hand-made fixture tests/fixtures/check/good (every value by hand)."""
+"""The typed manifest of the hand-made fixture tests/fixtures/check/good (every value by hand),
+and the session fixture that makes sure a release family's daemons are here (``release_daemons``)."""
 
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from clusterforge.check import family_for
 from clusterforge.render.manifest import (
     ConfigRecords,
     Expect,
@@ -119,3 +128,43 @@ def good_manifest(folder: Path = GOOD) -> Manifest:
         ),
         notes=("hand-made fixture for tests/test_check.py; built by tests/check_fixture.py",),
     )
+
+
+# --- the release families' daemons -----------------------------------------------------------
+
+ROOTFS_SH = Path(__file__).resolve().parents[1] / "clusterforge" / "local" / "rootfs.sh"
+ROOTFS_BUILD_TIMEOUT_S = 600  # one debootstrap: ~50 s on a quiet 2-core machine
+
+
+def _host_release() -> str:
+    ctld = shutil.which("slurmctld", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+    if ctld is None:
+        return ""
+    return subprocess.run([ctld, "-V"], capture_output=True, text=True, timeout=10).stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def release_daemons() -> Callable[[str], None]:
+    """``ensure(target)``: the daemons of the target's release family are here, either the host's
+    own (Debian 12's 22.05) or the family's root filesystem in the cache (CLUSTERFORGE_CACHE or
+    /var/cache/clusterforge), built by rootfs.sh the first time a run needs it (~50 s, ~190 MB)
+    and kept across runs."""
+    host = _host_release()
+    done: set[str] = set()
+
+    def ensure(target: str) -> None:
+        family = family_for(target)
+        assert family is not None, f"no release family for {target}"
+        if family.suite in done or family_for(host) == family:
+            return
+        cache = os.environ.get("CLUSTERFORGE_CACHE") or "/var/cache/clusterforge"
+        t0 = time.monotonic()
+        cp = subprocess.run(
+            [str(ROOTFS_SH), cache, family.suite, "slurm"], capture_output=True, text=True,
+            timeout=ROOTFS_BUILD_TIMEOUT_S,
+        )
+        assert cp.returncode == 0, f"rootfs.sh {family.suite} slurm failed: {cp.stderr[-2000:]}"
+        print(f"rootfs {cp.stdout.strip()} ready in {time.monotonic() - t0:.1f} s")
+        done.add(family.suite)
+
+    return ensure

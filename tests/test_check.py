@@ -2,7 +2,10 @@
 
 The ``slurm`` tests start the real Debian slurmctld/slurmd (and a private munged when the host has
 none) on tests/fixtures/check/good or on a copy edited into one known failure; each asserts the
-problem kind the check must report. They need root and Slurm, which CI has.
+problem kind the check must report. They need root and Slurm, which CI has. The fixture is a
+22.05 render (the host's daemons); relabelled as a 24.05 or 25.05 render it is loaded by the
+chrooted 24.11 / 26.05 of the cached root filesystems (built by the ``release_daemons`` fixture
+when missing).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +29,9 @@ from clusterforge.check import CheckReport, ProblemKind, check_dir, compare, cop
 from clusterforge.check import slurmd as probe
 from clusterforge.render.manifest import Manifest
 
-from .check_fixture import good_manifest
+from .check_fixture import good_manifest, release_daemons
+
+__all__ = ["release_daemons"]  # the session fixture, imported for the tests below
 
 GOOD = Path(__file__).parent / "fixtures" / "check" / "good"
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,6 +193,124 @@ def test_controllers_and_topology_plugin_from_show_config() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("version", "suite"),
+    [
+        ("22.05", "bookworm"), ("23.02", "trixie"), ("23.11", "trixie"), ("24.05", "trixie"), ("24.11", "trixie"),
+        ("25.05", "sid"), ("25.11", "sid"), ("26.05", "sid"), ("slurm-wlm 24.11.5", "trixie"),
+        ("21.08", None), ("22.11", None), ("26.11", None), ("", None), ("latest", None),
+    ],
+)
+def test_release_families_by_range(version: str, suite: str | None) -> None:
+    family = check.family_for(version)
+    assert (family.suite if family else None) == suite
+
+
+def test_release_families_name_their_stand_in() -> None:
+    assert [(f.suite, f.stands_in, f.targets) for f in check.FAMILIES] == [
+        ("bookworm", "22.05.8", "22.05"), ("trixie", "24.11.5", "23.02..24.11"), ("sid", "26.05.5", "25.05..26.05"),
+    ]
+
+
+# `scontrol show topoconf` of slurm-wlm 26.05.5 on a 25.05 render with a block topology.yaml
+TOPOCONF_BLOCK = """%YAML 1.1
+---
+- topology: default
+  cluster_default: true
+  block:
+    block_sizes:
+    - 16
+    - 32
+    blocks:
+    - block: nvl-a
+      nodes: dgx-[001-016]
+    - block: nvl-b
+      nodes: dgx-[017-032]
+  flat: {}
+  ring: {}
+  torus3d: {}
+  tree: {}
+...
+"""
+
+
+TOPOCONF_FROM_CONF = """%YAML 1.1
+---
+- topology: default
+  cluster_default: false
+  block: {}
+  flat: {}
+  ring: {}
+  torus3d: {}
+  tree: {}
+...
+"""
+
+
+def test_topoconf_plugin_is_the_key_with_content() -> None:
+    assert compare.topoconf_plugin(TOPOCONF_BLOCK) == "topology/block"
+    tree = "- topology: a\n  tree:\n    switches:\n    - switch: s1\n      nodes: n1\n  block: {}\n  flat: {}\n"
+    assert compare.topoconf_plugin(tree.replace("  tree:", "  cluster_default: true\n  tree:")) == "topology/tree"
+    # the cluster default wins over the first entry
+    assert compare.topoconf_plugin(tree + TOPOCONF_BLOCK.split("---\n")[1]) == "topology/block"
+    assert compare.topoconf_plugin("- topology: x\n  cluster_default: true\n  flat: {}\n  tree: {}\n") == "topology/flat"
+    # what 26.05.5 prints for slurm.conf's TopologyPlugin + topology.conf: show config holds
+    assert compare.topoconf_plugin(TOPOCONF_FROM_CONF) is None
+    assert compare.topoconf_plugin("not: [yaml") is None
+    assert compare.topoconf_plugin("") is None
+
+
+# `scontrol show topology` of slurm-wlm 24.11.5 (26.05.5 prints the same) for two blocks of 16
+# and BlockSizes=16,32
+SHOW_BLOCKS = """BlockName=nvl-a BlockIndex=0 Nodes=dgx-[001-016] BlockSize=16
+BlockName=nvl-b BlockIndex=1 Nodes=dgx-[017-032] BlockSize=16
+AggregatedBlock=nvl-a,nvl-b BlockIndex=2 Nodes=dgx-[001-032] BlockSize=32
+"""
+
+
+def _block_report(text: str) -> CheckReport:
+    report = CheckReport(path=Path("x"))
+    report.blocks = compare.records(text, "BlockName")
+    report.aggregated_blocks = compare.records(text, "AggregatedBlock")
+    return report
+
+
+def _block_expect(*blocks: tuple[str, str]) -> Any:
+    from clusterforge.render.manifest import BlockRecord, ExpectTopology
+
+    topology = ExpectTopology(plugin="topology/block", blocks=tuple(BlockRecord(name=n, nodes=h) for n, h in blocks))
+    return good_manifest().expect.model_copy(update={"topology": topology})
+
+
+def test_blocks_and_block_sizes_compared() -> None:
+    expect = _block_expect(("nvl-a", "dgx-[001-016]"), ("nvl-b", "dgx-[017-032]"))
+    report = _block_report(SHOW_BLOCKS)
+    assert (set(report.blocks), set(report.aggregated_blocks)) == ({"nvl-a", "nvl-b"}, {"nvl-a,nvl-b"})
+    compare.compare_topology(report, expect, (16, 32))
+    assert report.problems == []
+    report = _block_report(SHOW_BLOCKS)
+    compare.compare_topology(report, expect, (16, 64))
+    assert [p.message for p in report.problems] == [
+        "aggregated block nvl-a,nvl-b: BlockSize=32 (expected one of BlockSizes (64,))"
+    ]
+    report = _block_report(SHOW_BLOCKS.replace("BlockName=nvl-b", "BlockName=nvl-x"))
+    compare.compare_topology(report, expect)
+    assert [p.message for p in report.problems] == [
+        "slurmctld has no block nvl-b",
+        "slurmctld has block nvl-x, which expect does not list",
+    ]
+
+
+def test_flat_is_no_topology() -> None:
+    """25.05+ print TopologyPlugin=topology/flat for a slurm.conf without one (26.05 RELEASE_NOTES:
+    "topology/flat (no topology)")."""
+    expect = good_manifest().expect
+    expect = expect.model_copy(update={"topology": expect.topology.model_copy(update={"plugin": None})})
+    report = CheckReport(path=Path("x"))
+    compare.compare_config(report, {"SlurmctldHost[0]": "head-01(10.10.0.10)", "TopologyPlugin": "topology/flat"}, expect)
+    assert report.problems == []
+
+
 def test_fixture_manifest_is_the_typed_one() -> None:
     """The checked-in manifest.json is what tests/check_fixture.py builds (hashes of the files
     as they are), so the fixture cannot drift from its typed description."""
@@ -342,16 +466,123 @@ def test_gres_cores_beyond_the_rendered_node_are_an_error(tmp_path: Path) -> Non
     assert "Invalid GRES data for gpu, Cores=56-300" in messages(report, ProblemKind.GRES_ERROR)
 
 
+def set_version(version: str) -> Edit:
+    return replace("manifest.json", '"slurm_version": "22.05"', f'"slurm_version": "{version}"')
+
+
 @pytest.mark.slurm
 @slurm
-def test_config_for_another_slurm_release_is_not_judged(tmp_path: Path) -> None:
-    def newer(d: Path) -> None:
-        p = d / "manifest.json"
-        p.write_text(p.read_text().replace('"slurm_version": "22.05"', '"slurm_version": "24.05"'))
-
-    report = run_check(tmp_path, newer)
+@pytest.mark.parametrize("version", ["21.08", "26.11"])
+def test_config_for_a_release_no_family_covers_is_not_judged(tmp_path: Path, version: str) -> None:
+    report = run_check(tmp_path, set_version(version))
     assert report.kinds() == {ProblemKind.ENVIRONMENT}
-    assert "rendered for Slurm 24.05" in messages(report, ProblemKind.ENVIRONMENT)
+    assert messages(report, ProblemKind.ENVIRONMENT) == (
+        f"rendered for Slurm {version}, which no release family the check can run covers "
+        "(22.05, 23.02..24.11, 25.05..26.05); render for one of those to check it"
+    )
+    assert report.daemons is None
+
+
+@pytest.mark.slurm
+@slurm
+def test_a_newer_target_is_loaded_by_its_family_from_the_cached_rootfs(
+    tmp_path: Path, workdirs: list[str], release_daemons: Callable[[str], None]
+) -> None:
+    """The good fixture (keys every release from 22.05 to 26.05 takes) as a 24.05 render: loaded
+    by trixie's 24.11.5, chrooted; the report says so; nothing is left in the shared rootfs."""
+    release_daemons("24.05")
+    root = Path(os.environ.get("CLUSTERFORGE_CACHE") or "/var/cache/clusterforge") / "rootfs-trixie-slurm"
+    before = sorted(p.name for p in (root / "tmp").iterdir())
+    report = run_check(tmp_path, set_version("24.05"))
+    assert report.ok, format_report(report)
+    assert report.daemons == f"slurm-wlm 24.11.5 (Debian 13 trixie root filesystem {root})"
+    assert f"rendered for Slurm 24.05; loaded by slurm-wlm 24.11.5 (Debian 13 trixie root filesystem {root})" in (
+        format_report(report).splitlines()
+    )
+    assert set(report.nodes) == {"gpu-001", "gpu-002", "gpu-003", "gpu-004", "cpu-01", "cpu-02"}
+    assert [d.files for d in report.gres["gpu-001"]] == [(f"/dev/nvidia{i}",) for i in range(8)]
+    # 24.11's slurmd -G creates a munge credential: both copies point at the private munged
+    assert {o.file for o in report.overrides if o.key == "AuthInfo"} == {"slurm.conf (slurmctld)", "slurm.conf (slurmd -G)"}
+    assert leftovers(workdirs) == []
+    assert sorted(p.name for p in (root / "tmp").iterdir()) == before
+    assert str(root) not in Path("/proc/self/mounts").read_text()
+
+
+@pytest.mark.slurm
+@slurm
+def test_two_rootfs_checks_at_once(tmp_path: Path, release_daemons: Callable[[str], None]) -> None:
+    """Each check has its own view of the shared rootfs: two at once both pass."""
+    release_daemons("25.05")
+    reports: dict[str, CheckReport] = {}
+
+    def one(i: int) -> None:
+        (tmp_path / str(i)).mkdir()
+        reports[str(i)] = run_check(tmp_path / str(i), set_version("25.05"))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.ok for r in reports.values()] == [True, True], "\n".join(format_report(r) for r in reports.values())
+    assert all((r.daemons or "").startswith("slurm-wlm 26.05.5 (Debian sid root filesystem") for r in reports.values())
+
+
+@pytest.mark.slurm
+@slurm
+def test_missing_rootfs_is_an_environment_problem_naming_the_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "empty-cache"
+    monkeypatch.setenv("CLUSTERFORGE_CACHE", str(cache))
+    t0 = time.monotonic()
+    report = run_check(tmp_path, set_version("24.05"))
+    assert time.monotonic() - t0 < 10  # no build, no wait
+    assert report.kinds() == {ProblemKind.ENVIRONMENT}
+    assert messages(report, ProblemKind.ENVIRONMENT) == (
+        "rendered for Slurm 24.05: the check loads it with Debian 13 trixie's slurm-wlm 24.11.5, but "
+        f"{cache}/rootfs-trixie-slurm is not built; build it once (~50 s) with "
+        f"`{ROOT}/clusterforge/local/rootfs.sh {cache} trixie slurm` or run `clusterforge check --build-rootfs`"
+    )
+    assert not cache.exists()
+
+
+@pytest.mark.slurm
+@slurm
+@pytest.mark.parametrize(
+    ("body", "want"),
+    [
+        # "builds" a folder without daemons: built, then refused by what preflight looks for
+        ('mkdir -p "$1/rootfs-$2-$3" && touch "$1/rootfs-$2-$3/.complete"',
+         "{cache}/rootfs-trixie-slurm has no slurmctld, slurmd, scontrol, munge, munged: remove it and build "
+         "it again with `{sh} {cache} trixie slurm`"),
+        ("echo 'E: no mirror' >&2; exit 1", "`{sh} {cache} trixie slurm` failed (rc=1): E: no mirror"),
+        ("exec sleep 30", "building the Debian 13 trixie root filesystem failed: "),
+    ],
+    ids=["built-but-empty", "fails", "hangs"],
+)
+def test_build_rootfs_is_bounded_and_its_failures_are_environment_problems(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, want: str
+) -> None:
+    """``check_dir(build_rootfs=True)`` runs rootfs.sh (a stand-in here) under its own time limit."""
+    from clusterforge.check import environment
+
+    cache = tmp_path / "cache"
+    sh = tmp_path / "rootfs.sh"
+    sh.write_text(f"#!/bin/sh\n{body}\n")
+    sh.chmod(0o755)
+    monkeypatch.setenv("CLUSTERFORGE_CACHE", str(cache))
+    monkeypatch.setattr(environment, "ROOTFS_SH", sh)
+    monkeypatch.setattr(environment, "ROOTFS_BUILD_TIMEOUT_S", 2.0)
+    d = tmp_path / "rendered"
+    shutil.copytree(GOOD, d)
+    set_version("24.05")(d)
+    t0 = time.monotonic()
+    report = check_dir(d, timeout_s=30, build_rootfs=True)
+    assert time.monotonic() - t0 < 10
+    assert report.kinds() == {ProblemKind.ENVIRONMENT}, format_report(report)
+    assert messages(report, ProblemKind.ENVIRONMENT).startswith(want.format(cache=cache, sh=sh))
+    assert "rootfs_build" in report.timings
 
 
 @pytest.mark.slurm

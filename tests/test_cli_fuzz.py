@@ -9,8 +9,9 @@ escaping exception fails the test with its stack):
   type, corrupted text and bytes), a few examples per verb so the whole file stays under ~40 s
   on 2 cores (``plan`` runs the Pulumi program for each spec that validates).
 
-``check`` gets a fuzzed ``manifest.json`` of a render made for a Slurm release that is not the
-installed one, so a manifest that still parses stops at the version preflight instead of
+``check`` gets a fuzzed ``manifest.json`` of a render made for a Slurm release whose family is not
+the installed one's, with an empty root filesystem cache (CLUSTERFORGE_CACHE), so a manifest that
+still parses stops at the release preflight instead of
 starting daemons; the stages after it are tested with the real daemons in tests/test_check.py.
 """
 
@@ -18,11 +19,13 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import yaml
@@ -202,7 +205,9 @@ def render_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
         v = subprocess.run(["slurmctld", "-V"], capture_output=True, text=True, timeout=10, check=False).stdout
         installed = ".".join(v.split()[-1].split(".")[:2]) if v.strip() else None
-    version = "24.11" if installed != "24.11" else "24.05"
+    # another release family than the host's (22.05 | 23.02-24.11 | 25.05+): its rootfs is not in
+    # the empty cache _run_check points at
+    version = "24.11" if installed not in ("23.02", "23.11", "24.05", "24.11") else "22.05"
     out = tmp_path_factory.mktemp("render")
     cluster = load_spec(EXAMPLES / "onprem-dgx.yaml")
     write_render(render_cluster(cluster, base_dir=EXAMPLES, slurm_version=version), out)
@@ -217,7 +222,8 @@ def _run_check(render_dir: Path, manifest: bytes | None, what: str, mutate: Call
             (folder / "manifest.json").write_bytes(manifest)
         if mutate is not None:
             mutate(folder)
-        code, out = run_cli("check", str(folder), "--timeout", "5")
+        with mock.patch.dict(os.environ, {"CLUSTERFORGE_CACHE": str(Path(d) / "no-rootfs")}):
+            code, out = run_cli("check", str(folder), "--timeout", "5")
         _assert_clean(code, out, f"check {what}")
         assert code != 0, f"check {what}: a broken render passed\n{out}"
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import yaml
+
 from clusterforge import hostlist
 from clusterforge.check.report import CheckReport, ProblemKind
 from clusterforge.render.manifest import Expect, ExpectNode
@@ -22,6 +24,7 @@ __all__ = [
     "parse_kv",
     "records",
     "slurm_seconds",
+    "topoconf_plugin",
 ]
 
 
@@ -131,7 +134,30 @@ def _hostset(expr: str | None) -> set[str]:
 
 
 _HOST = re.compile(r"([^()\s]+)(?:\(([^)]*)\))?")
-_NO_TOPOLOGY = (None, "", "(null)", "topology/none", "topology/default")
+# topology/default was renamed topology/flat ("topology/flat (no topology)": Slurm 26.05
+# RELEASE_NOTES.md); 25.05+ prints it for a slurm.conf without TopologyPlugin
+_NO_TOPOLOGY = (None, "", "(null)", "topology/none", "topology/default", "topology/flat")
+# the plugin keys of a topology.yaml entry (slurm 25.05+ topology.yaml(5))
+_TOPOCONF_PLUGINS = ("block", "tree", "ring", "torus3d", "flat")
+
+
+def topoconf_plugin(text: str) -> str | None:
+    """The plugin of the cluster's default topology from ``scontrol show topoconf`` (25.05+),
+    which prints the topologies slurmctld loaded as YAML, every plugin key of an entry with the
+    unused ones as ``{}`` (so the plugin is the key with content; none = ``topology/flat``).
+    None when no entry is the cluster default: slurmctld read slurm.conf's TopologyPlugin and
+    topology.conf, and shows them as ``- topology: default / cluster_default: false`` with every
+    key empty (seen with 26.05.5), so ``show config``'s TopologyPlugin holds."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    entries = [e for e in data if isinstance(e, dict)] if isinstance(data, list) else []
+    default = next((e for e in entries if e.get("cluster_default") is True), None)
+    if default is None:
+        return None
+    used = [k for k in _TOPOCONF_PLUGINS if default.get(k)]
+    return f"topology/{used[0]}" if used else "topology/flat"
 
 
 def compare_config(report: CheckReport, config: dict[str, str], expect: Expect) -> None:
@@ -227,9 +253,15 @@ def compare_partitions(report: CheckReport, expect: Expect) -> None:
         report.add(ProblemKind.PARTITION_MISMATCH, f"slurmctld has partition {name}, which expect does not list", name)
 
 
-def compare_topology(report: CheckReport, expect: Expect) -> None:
-    """Switches by name. slurmctld lists under Nodes= every node below a switch, so the expected
-    node set of an upper switch is the union over its subtree."""
+def compare_topology(report: CheckReport, expect: Expect, block_sizes: tuple[int, ...] = ()) -> None:
+    """Switches (topology/tree) and blocks (topology/block), by name."""
+    _compare_switches(report, expect)
+    _compare_blocks(report, expect, block_sizes)
+
+
+def _compare_switches(report: CheckReport, expect: Expect) -> None:
+    """slurmctld lists under Nodes= every node below a switch, so the expected node set of an
+    upper switch is the union over its subtree."""
     by_name = {s.name: s for s in expect.topology.switches}
 
     def subtree_nodes(name: str, seen: frozenset[str] = frozenset()) -> set[str]:
@@ -256,3 +288,36 @@ def compare_topology(report: CheckReport, expect: Expect) -> None:
             report.add(ProblemKind.TOPOLOGY_MISMATCH, f"switch {s.name}: " + "; ".join(diffs), s.name)
     for name in sorted(set(report.topology) - set(by_name)):
         report.add(ProblemKind.TOPOLOGY_MISMATCH, f"slurmctld has switch {name}, which expect does not list", name)
+
+
+def _compare_blocks(report: CheckReport, expect: Expect, block_sizes: tuple[int, ...]) -> None:
+    """``BlockName=b BlockIndex=0 Nodes=… BlockSize=16`` per block, then one
+    ``AggregatedBlock=b1,b2 … BlockSize=32`` per group of blocks that a larger BlockSizes entry
+    joins (24.11 and 26.05 print the same). The base blocks' BlockSize is the first BlockSizes
+    entry, and every aggregate's is one of the larger ones."""
+    want = {b.name: b for b in expect.topology.blocks}
+    base = report.blocks
+    for b in expect.topology.blocks:
+        got = base.get(b.name)
+        if got is None:
+            report.add(ProblemKind.TOPOLOGY_MISMATCH, f"slurmctld has no block {b.name}", b.name)
+            continue
+        diffs: list[str] = []
+        if _hostset(got.get("Nodes")) != set(names(b.nodes)):
+            diffs.append(f"Nodes={got.get('Nodes')} (expected {b.nodes})")
+        if block_sizes and got.get("BlockSize") != str(block_sizes[0]):
+            diffs.append(f"BlockSize={got.get('BlockSize')} (expected {block_sizes[0]}, the first BlockSizes)")
+        if diffs:
+            report.add(ProblemKind.TOPOLOGY_MISMATCH, f"block {b.name}: " + "; ".join(diffs), b.name)
+    for name in sorted(set(base) - set(want)):
+        report.add(ProblemKind.TOPOLOGY_MISMATCH, f"slurmctld has block {name}, which expect does not list", name)
+    for name, agg in sorted(report.aggregated_blocks.items()):
+        members = [m for m in name.split(",") if m]
+        union = set().union(*(set(names(want[m].nodes)) for m in members if m in want))
+        diffs = []
+        if _hostset(agg.get("Nodes")) != union:
+            diffs.append(f"Nodes={agg.get('Nodes')} (expected {hostlist.compress(union) or 'none'})")
+        if block_sizes and agg.get("BlockSize") not in {str(s) for s in block_sizes[1:]}:
+            diffs.append(f"BlockSize={agg.get('BlockSize')} (expected one of BlockSizes {block_sizes[1:]})")
+        if diffs:
+            report.add(ProblemKind.TOPOLOGY_MISMATCH, f"aggregated block {name}: " + "; ".join(diffs), name)

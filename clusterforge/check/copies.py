@@ -211,14 +211,14 @@ def make_copies(src: Path, tmp: Path, pw: pwd.struct_passwd, report: CheckReport
     )
 
 
-def set_munge_socket(conf: Path, sock: Path, tmp: Path, report: CheckReport) -> None:
-    """Point the slurmctld copy at a private munged: Slurm's auth/munge talks to munged's default
-    socket unless ``AuthInfo`` names another."""
+def set_munge_socket(conf: Path, sock: Path, tmp: Path, report: CheckReport, file: str = CTLD_FILE) -> None:
+    """Point a copy at a private munged: Slurm's auth/munge talks to munged's default socket
+    unless ``AuthInfo`` names another. (slurmd -G of 24.11+ creates a munge credential at start.)"""
     text = conf.read_text()
     old = _conf_value(text, "AuthInfo")
     opts = [o for o in (old or "").split(",") if o and not o.startswith("socket=")] + [f"socket={sock}"]
     new_text, _ = set_key(text, "AuthInfo", ",".join(opts))
     conf.write_text(new_text)
     _Rewriter(conf.parent, tmp, report).record(
-        CTLD_FILE, "AuthInfo", old, ",".join(opts), "no munged on the host: the check's own"
+        file, "AuthInfo", old, ",".join(opts), "no munged on the host: the check's own"
     )

@@ -1,11 +1,11 @@
-"""What the daemons need on this machine before the check can start them: root and the binaries
-(``preflight``), the installed Slurm release (asked once per process), a munged (the host's, or a
-private one on its own socket and key) and the namespaces' ``/etc/hosts``."""
+"""What the daemons need on this machine before the check can start them: root, the release
+family's daemons (``preflight``: the host's own when they are of the family, else the family's
+cached root filesystem, built on request), each release asked once per process, a munged (the
+host's, or a private one on its own socket and key) and the namespaces' ``/etc/hosts``."""
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import socket
 import time
@@ -13,72 +13,160 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from clusterforge import hostlist, proc
+from clusterforge.check.daemons import SLURM_TOOLS, Daemons
+from clusterforge.check.releases import FAMILIES, Family, family_for
 from clusterforge.check.report import CheckReport, ProblemKind
 from clusterforge.check.slurmctld import STAND_IN_ADDR
 from clusterforge.render.manifest import Manifest
 
-__all__ = ["BINARIES", "daemon_version", "preflight", "start_munged", "write_hosts"]
+__all__ = [
+    "HOST_TOOLS",
+    "ROOTFS_BUILD_TIMEOUT_S",
+    "cache_dir",
+    "daemon_version",
+    "preflight",
+    "rootfs_command",
+    "start_munged",
+    "write_hosts",
+]
 
-BINARIES = ("slurmctld", "slurmd", "scontrol", "munge", "munged", "unshare", "nsenter", "ip")
+HOST_TOOLS = ("unshare", "nsenter", "ip", "chroot")
 CLIENT_TIMEOUT_S = 10.0  # one scontrol/munge call; a missing controller makes them retry for long
+ROOTFS_BUILD_TIMEOUT_S = 600.0  # debootstrap of one suite: ~50 s here (benchmarks/rootfs.py)
+ROOTFS_SH = Path(__file__).resolve().parents[1] / "local" / "rootfs.sh"
 _GRACE_S = 2.0
-_VERSIONS: dict[str, str] = {}
+_VERSIONS: dict[tuple[str, ...], str] = {}
 
 
-def daemon_version(slurmctld: str) -> str:
-    """``slurm-wlm 22.05.8``; asked once per process (the tests run many checks), "" if unknown."""
-    if slurmctld not in _VERSIONS:
+def daemon_version(argv: list[str]) -> str:
+    """``slurm-wlm 22.05.8`` from ``argv -V``; asked once per process (the tests run many
+    checks), "" if unknown."""
+    key = tuple(argv)
+    if key not in _VERSIONS:
         try:
-            out = proc.run([slurmctld, "-V"], timeout=CLIENT_TIMEOUT_S).stdout.strip()
+            out = proc.run([*argv, "-V"], timeout=CLIENT_TIMEOUT_S).stdout.strip()
         except proc.ProcError:
             return ""  # not remembered: ask again next time
-        _VERSIONS[slurmctld] = out
-    return _VERSIONS[slurmctld]
+        _VERSIONS[key] = out
+    return _VERSIONS[key]
 
 
-def preflight(report: CheckReport, version: str) -> dict[str, str] | None:
-    """The binaries' paths, or None after reporting why the check cannot run here."""
+def cache_dir() -> Path:
+    """Where the root filesystems are cached (the local cluster's cache too)."""
+    return Path(os.environ.get("CLUSTERFORGE_CACHE") or "/var/cache/clusterforge")
+
+
+def rootfs_command(family: Family) -> str:
+    return f"{ROOTFS_SH} {cache_dir()} {family.suite} slurm"
+
+
+def _which(name: str) -> str | None:
+    return shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+
+
+def _build_rootfs(report: CheckReport, family: Family) -> bool:
+    """Build the family's root filesystem (``--build-rootfs``): its own time limit, not the
+    check's (a download is not a hang of the daemons), timed as the step ``rootfs_build``."""
+    t0 = time.monotonic()
+    try:
+        cp = proc.run(
+            [str(ROOTFS_SH), str(cache_dir()), family.suite, "slurm"], timeout=ROOTFS_BUILD_TIMEOUT_S
+        )
+    except proc.ProcError as exc:
+        report.add(ProblemKind.ENVIRONMENT, f"building the {family.debian} root filesystem failed: {exc}")
+        return False
+    finally:
+        report.timings["rootfs_build"] = round(time.monotonic() - t0, 3)
+    if cp.returncode != 0:
+        why = " | ".join(cp.stderr.strip().splitlines()[-5:])
+        report.add(ProblemKind.ENVIRONMENT, f"`{rootfs_command(family)}` failed (rc={cp.returncode}): {why}")
+        return False
+    return True
+
+
+def preflight(report: CheckReport, version: str, tmp: Path, *, build_rootfs: bool = False) -> Daemons | None:
+    """The daemons of ``version``'s release family (the host's own when they are of it, else the
+    family's cached root filesystem), or None after reporting why the check cannot run here."""
     if os.geteuid() != 0:
         report.add(ProblemKind.ENVIRONMENT, "the real-daemon check needs root (namespaces, mounts)")
         return None
-    bins: dict[str, str] = {}
-    missing = []
-    for b in BINARIES:
-        found = shutil.which(b, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
-        if found is None:
-            missing.append(b)
-        else:
-            bins[b] = found
+    # Keys come and go between releases: a config is proven only by its release family.
+    family = family_for(version)
+    if family is None:
+        known = ", ".join(f.targets for f in FAMILIES)
+        report.add(
+            ProblemKind.ENVIRONMENT,
+            f"rendered for Slurm {version}, which no release family the check can run covers ({known}); "
+            "render for one of those to check it",
+        )
+        return None
+    tools = {t: _which(t) for t in HOST_TOOLS}
+    t0 = time.monotonic()
+    host_ctld = _which("slurmctld")
+    host_version = daemon_version([host_ctld]) if host_ctld else ""
+    if host_ctld and family_for(host_version) == family:
+        tools |= {t: _which(t) for t in SLURM_TOOLS}
+        report.timings["preflight"] = round(time.monotonic() - t0, 3)
+        missing = [t for t, p in tools.items() if p is None and t != "chroot"]
+        if missing:
+            report.add(
+                ProblemKind.ENVIRONMENT,
+                f"missing {', '.join(missing)}; install slurmctld slurmd slurm-client munge iproute2",
+            )
+            return None
+        return Daemons(family, host_version, {t: p for t, p in tools.items() if p}, None, tmp)
+    missing = [t for t, p in tools.items() if p is None]
+    if missing:
+        report.add(ProblemKind.ENVIRONMENT, f"missing {', '.join(missing)}; install util-linux iproute2 coreutils")
+        return None
+    root = cache_dir() / f"rootfs-{family.suite}-slurm"
+    if not (root / ".complete").is_file():
+        if not build_rootfs:
+            report.add(
+                ProblemKind.ENVIRONMENT,
+                f"rendered for Slurm {version}: the check loads it with {family.debian}'s slurm-wlm "
+                f"{family.stands_in}, but {root} is not built; build it once (~50 s) with "
+                f"`{rootfs_command(family)}` or run `clusterforge check --build-rootfs`",
+            )
+            return None
+        if not _build_rootfs(report, family):
+            return None
+    paths = {t: next((p for p in (f"/usr/sbin/{t}", f"/usr/bin/{t}") if (root / p[1:]).is_file()), None)
+             for t in SLURM_TOOLS}
+    missing = [t for t, p in paths.items() if p is None]
     if missing:
         report.add(
             ProblemKind.ENVIRONMENT,
-            f"missing {', '.join(missing)}; install slurmctld slurmd slurm-client munge iproute2",
+            f"{root} has no {', '.join(missing)}: remove it and build it again with `{rootfs_command(family)}`",
         )
         return None
-    # Keys come and go between releases: a config is proven only by the release it targets.
-    t0 = time.monotonic()
-    full = daemon_version(bins["slurmctld"])
+    chroot_tools = {t: p for t, p in tools.items() if p}
+    full = daemon_version([chroot_tools["chroot"], str(root), str(paths["slurmctld"])])
     report.timings["preflight"] = round(time.monotonic() - t0, 3)
-    m = re.search(r"(\d+)\.(\d+)", full)
-    installed = f"{m.group(1)}.{m.group(2)}" if m else None
-    if installed and version != installed:
+    if family_for(full) != family:
         report.add(
             ProblemKind.ENVIRONMENT,
-            f"rendered for Slurm {version}, but the daemons here are {full}; render for {installed} to check it here",
+            f"{root} runs {full or 'no slurmctld'}, not Slurm {family.targets}: remove it and build it again "
+            f"with `{rootfs_command(family)}`",
         )
         return None
-    return bins
+    return Daemons(family, full, chroot_tools | {t: p for t, p in paths.items() if p}, root, tmp)
 
 
-def host_munged_answers(bins: Mapping[str, str], env: Mapping[str, str], timeout: float) -> bool:
+def host_munged_answers(daemons: Daemons, env: Mapping[str, str], timeout: float) -> bool:
+    """The host's munged serves the host's daemons; chrooted daemons cannot reach its socket
+    (and get a private munged of their own release instead)."""
+    if daemons.root is not None:
+        return False
     try:
-        return proc.run([bins["munge"], "-n"], timeout=min(CLIENT_TIMEOUT_S, timeout), env=env).returncode == 0
+        cp = proc.run([daemons.tools["munge"], "-n"], timeout=min(CLIENT_TIMEOUT_S, timeout), env=env)
+        return cp.returncode == 0
     except proc.ProcError:
         return False
 
 
 def start_munged(
-    report: CheckReport, bins: Mapping[str, str], d: Path, env: Mapping[str, str], deadline: float
+    report: CheckReport, daemons: Daemons, d: Path, env: Mapping[str, str], deadline: float
 ) -> tuple[proc.Daemon, Path | None]:
     """A private munged in ``d``; returns it and its socket, or None for the socket after
     reporting why it did not start (the daemon is returned either way, for the caller to stop)."""
@@ -86,7 +174,8 @@ def start_munged(
     key.write_bytes(os.urandom(128))  # munged wants 0600 and owned by its user
     key.chmod(0o600)
     files = [f"--{k}-file={d / f'munged.{k}'}" for k in ("key", "log", "pid", "seed")]
-    daemon = proc.start([bins["munged"], "--foreground", f"--socket={sock}", *files, "--num-threads=2"], env=env)
+    argv = daemons.isolated("munged", ["--foreground", f"--socket={sock}", *files, "--num-threads=2"])
+    daemon = proc.start(argv, env=env)
     # Ready = the socket accepts a connection; polling it costs no process start.
     while time.monotonic() < deadline and daemon.alive():
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:

@@ -74,13 +74,19 @@ class GresDevice:
 class CheckReport:
     path: Path
     cluster: str | None = None
+    slurm_version: str | None = None  # the release the render targets (manifest slurm_version)
+    daemons: str | None = None  # which release loaded it: "slurm-wlm 24.11.5 (Debian 13 trixie root filesystem …)"
     problems: list[Problem] = field(default_factory=list)
     overrides: list[Override] = field(default_factory=list)
     # Parsed daemon output: scontrol show node -o (by NodeName), show partition -o (by
-    # PartitionName), show topology (by SwitchName), and slurmd -G (by probed node name).
+    # PartitionName), show topology (switches by SwitchName), and slurmd -G (by probed node name).
     nodes: dict[str, dict[str, str]] = field(default_factory=dict)
     partitions: dict[str, dict[str, str]] = field(default_factory=dict)
     topology: dict[str, dict[str, str]] = field(default_factory=dict)
+    # scontrol show topology's blocks (topology/block): by BlockName, and the aggregates a larger
+    # BlockSizes entry makes, by AggregatedBlock (the member names)
+    blocks: dict[str, dict[str, str]] = field(default_factory=dict)
+    aggregated_blocks: dict[str, dict[str, str]] = field(default_factory=dict)
     gres: dict[str, list[GresDevice]] = field(default_factory=dict)
     slurmctld_log: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per step, plus "total"
@@ -120,6 +126,8 @@ def format_report(report: CheckReport) -> str:
         f"check {report.path}{f' [{report.cluster}]' if report.cluster else ''}: {head}"
         + (f" in {total:.2f} s" if total is not None else "")
     ]
+    if report.daemons:
+        lines.append(f"rendered for Slurm {report.slurm_version}; loaded by {report.daemons}")
     if report.problems:
         lines.append("problems:")
         lines += [f"  [{p.kind}] {p.message}" for p in report.problems]
@@ -131,7 +139,7 @@ def format_report(report: CheckReport) -> str:
     if report.nodes:
         lines.append(
             f"slurmctld: {len(report.nodes)} nodes, {len(report.partitions)} partitions, "
-            f"{len(report.topology)} switches"
+            f"{len(report.topology)} switches" + (f", {len(report.blocks)} blocks" if report.blocks else "")
         )
     for n, devs in report.gres.items():
         gpus = [d for d in devs if d.name == "gpu"]

@@ -1,6 +1,6 @@
 """The check's steps in order, under one deadline, with everything it started stopped at the end:
-read the manifest, preflight, private copies, client-side parse, munged, slurmd -G probes and
-slurmctld (``check_dir``)."""
+read the manifest, preflight (which release family's daemons), private copies, client-side
+parse, munged, slurmd -G probes and slurmctld (``check_dir``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from pathlib import Path
 
 from clusterforge import hostlist, proc
 from clusterforge.check import compare, environment, slurmd
-from clusterforge.check.copies import make_copies, set_munge_socket
+from clusterforge.check.copies import SLURMD_FILE, make_copies, set_munge_socket
+from clusterforge.check.daemons import Daemons, rootfs_user
 from clusterforge.check.report import CheckReport, ProblemKind
 from clusterforge.check.slurmctld import Slurmctld
 from clusterforge.render.manifest import MANIFEST_NAME, Manifest, ManifestError
@@ -22,8 +23,9 @@ __all__ = ["check_dir"]
 
 
 class _Check:
-    def __init__(self, path: Path, timeout_s: float) -> None:
+    def __init__(self, path: Path, timeout_s: float, build_rootfs: bool) -> None:
         self.src = path
+        self.build_rootfs = build_rootfs
         self.report = CheckReport(path=path)
         self.deadline = time.monotonic() + timeout_s
         self.tmp = Path(tempfile.mkdtemp(prefix="clusterforge-check-"))
@@ -71,14 +73,17 @@ class _Check:
         manifest = self.load()
         if manifest is None:
             return
-        bins = environment.preflight(r, manifest.slurm_version)
-        if bins is None:
+        daemons = environment.preflight(r, manifest.slurm_version, self.tmp, build_rootfs=self.build_rootfs)
+        if daemons is None:
             return
+        r.slurm_version = manifest.slurm_version
+        r.daemons = f"{daemons.version} ({daemons.where})"
+        daemons.prepare()
         user = manifest.slurm.user
-        try:
-            pw = pwd.getpwnam(user)
-        except KeyError:
-            r.add(ProblemKind.ENVIRONMENT, f"SlurmUser {user!r} (manifest slurm.user) does not exist on this machine")
+        pw = self.user(daemons, user)
+        if pw is None:
+            where = "this machine" if daemons.root is None else f"{daemons.root}/etc/passwd"
+            r.add(ProblemKind.ENVIRONMENT, f"SlurmUser {user!r} (manifest slurm.user) does not exist on {where}")
             return
         try:
             copies = make_copies(self.src, self.tmp, pw, r)
@@ -86,10 +91,10 @@ class _Check:
             r.add(ProblemKind.MANIFEST, f"cannot copy the render: {exc}", "slurm/")
             return
         expect = manifest.expect
-        parse_warnings = self.client_parse(bins, copies.parse, manifest)
+        parse_warnings = self.client_parse(daemons, copies.parse, manifest)
         if parse_warnings is None:
             return
-        if not self.munge(bins, copies.ctld):
+        if not self.munge(daemons, copies.ctld, copies.slurmd):
             return
         environment.write_hosts(self.hosts, manifest)
         # slurmd -G needs no controller: run the probes while slurmctld starts (2-core CI box).
@@ -97,11 +102,14 @@ class _Check:
         for node in expect.nodes:
             if node.gpu_count > 0:
                 probe = slurmd.start_probe(
-                    node, bins=bins, tmp=self.tmp, hosts=self.hosts, conf=copies.slurmd, env=self.env
+                    node, daemons=daemons, tmp=self.tmp, hosts=self.hosts, conf=copies.slurmd, env=self.env
                 )
                 self.started.append(probe.daemon)
                 probes.append(probe)
-        ctld = Slurmctld(r, bins, self.tmp, self.hosts, self.env, self.deadline, copies.accounting_off)
+        ctld = Slurmctld(
+            r, daemons, self.tmp, self.hosts, self.env, self.deadline, copies.accounting_off,
+            manifest.config.block_sizes,
+        )
         ctld_errors = ctld.run(copies.ctld, expect, self.started)
         for probe in probes:
             slurmd.finish_probe(r, probe, ctld_errors, self.deadline)
@@ -110,7 +118,17 @@ class _Check:
             if w.split("error: ", 1)[-1] not in ctld_errors:
                 r.add(ProblemKind.PARSE, f"scontrol warns while parsing slurm.conf: {w}", "slurm.conf")
 
-    def client_parse(self, bins: dict[str, str], conf: Path, manifest: Manifest) -> list[str] | None:
+    @staticmethod
+    def user(daemons: Daemons, name: str) -> pwd.struct_passwd | None:
+        """The Slurm user as the daemons' own system has it (its uid owns the state folders)."""
+        if daemons.root is not None:
+            return rootfs_user(daemons.root, name)
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            return None
+
+    def client_parse(self, daemons: Daemons, conf: Path, manifest: Manifest) -> list[str] | None:
         """Step 1: every Slurm client parses all of slurm.conf; unknown keys fail here in ms.
         Returns its warnings, or None when the parse failed (reported)."""
         t0 = time.monotonic()
@@ -119,7 +137,7 @@ class _Check:
         arg = ",".join(node.names for node in nodes) or "localhost"
         try:
             cp = proc.run(
-                [bins["scontrol"], "show", "hostnames", arg],
+                daemons.isolated("scontrol", ["show", "hostnames", arg]),
                 timeout=min(environment.CLIENT_TIMEOUT_S, self.remaining()),
                 env=dict(self.env, SLURM_CONF=str(conf)),
             )
@@ -145,28 +163,31 @@ class _Check:
             )
         return [ln.removeprefix("scontrol: ") for ln in err.splitlines() if ln.strip()]
 
-    def munge(self, bins: dict[str, str], ctld_conf: Path) -> bool:
+    def munge(self, daemons: Daemons, ctld_conf: Path, slurmd_conf: Path) -> bool:
         """Use the host's munged if it answers, else a private one on its own socket and key."""
         t0 = time.monotonic()
         try:
-            if environment.host_munged_answers(bins, self.env, self.remaining()):
+            if environment.host_munged_answers(daemons, self.env, self.remaining()):
                 return True
-            daemon, sock = environment.start_munged(self.report, bins, self.tmp / "munge", self.env, self.deadline)
+            daemon, sock = environment.start_munged(self.report, daemons, self.tmp / "munge", self.env, self.deadline)
             self.started.append(daemon)
             if sock is None:
                 return False
             set_munge_socket(ctld_conf, sock, self.tmp, self.report)
+            set_munge_socket(slurmd_conf, sock, self.tmp, self.report, SLURMD_FILE)
             return True
         finally:
             self.timed("munge", t0)
 
 
-def check_dir(path: Path, *, timeout_s: float = 30) -> CheckReport:
+def check_dir(path: Path, *, timeout_s: float = 30, build_rootfs: bool = False) -> CheckReport:
     """Check a rendered output folder (``manifest.json`` + ``slurm/*.conf``) with the real daemons.
 
     ``timeout_s`` bounds all waiting together; stopping what was started takes at most a few
     seconds more. Never raises for a bad config or manifest: every finding is a ``Problem``.
+    ``build_rootfs``: build the release family's root filesystem when it is missing (its own time
+    limit, ``environment.ROOTFS_BUILD_TIMEOUT_S``, outside ``timeout_s``).
     """
-    check = _Check(Path(path), timeout_s)
+    check = _Check(Path(path), timeout_s, build_rootfs)
     check.run()
     return check.report

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from clusterforge import proc
 from clusterforge.check import compare
+from clusterforge.check.daemons import Daemons
+from clusterforge.check.releases import release_of
 from clusterforge.check.report import CheckReport, ProblemKind
 from clusterforge.render.manifest import Expect
 
@@ -30,6 +32,10 @@ __all__ = ["CTLD_NOISE", "CTLD_NO_DBD_NOISE", "NS_READY", "Slurmctld", "noise"]
 # (regex, why). Keep it short: every entry is a class of real errors the check can no longer see.
 CTLD_NOISE: tuple[tuple[str, str], ...] = (
     (r"mpi/pmix|MPI: Cannot create context", "Debian's slurm-wlm cannot load libpmix; logged on every start"),
+    (
+        r"High latency for \d+ calls to gettimeofday",
+        "slurmctld times 1000 gettimeofday() calls at start (controller.c); a loaded machine trips it",
+    ),
     (r"Configured MailProg is invalid", "the production MailProg (/usr/bin/mail) is not installed here"),
     (
         r"Could not open (job|reservation|node|trigger|assoc\w*|qos|resv|fed\w*) state file"
@@ -54,6 +60,7 @@ STAND_IN_ADDR = "192.0.2.1"  # TEST-NET-1 (RFC 5737): never a real host; see Slu
 # slurmctld saves its state on SIGTERM and notices the signal only between 1 s background ticks;
 # the state is thrown away, so it gets less time before SIGKILL.
 _CTLD_GRACE_S = 1.0
+TOPOLOGY_YAML = (25, 5)  # slurmctld reads topology.yaml (and scontrol has show topoconf) from 25.05
 _GRACE_S = 2.0
 _QUERIES: dict[str, list[str]] = {
     "node": ["show", "node", "-o"],
@@ -69,15 +76,16 @@ def noise(line: str, patterns: Iterable[tuple[str, str]]) -> bool:
 
 @dataclass
 class Slurmctld:
-    """One run of slurmctld for one check. ``bins`` maps tool names to absolute paths."""
+    """One run of slurmctld for one check, of the release ``daemons`` says."""
 
     report: CheckReport
-    bins: Mapping[str, str]
+    daemons: Daemons
     tmp: Path
     hosts: Path
     env: Mapping[str, str]
     deadline: float
     accounting_off: bool
+    block_sizes: tuple[int, ...] = ()  # the manifest's BlockSizes (config.block_sizes)
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
@@ -97,12 +105,15 @@ class Slurmctld:
                 batch.append(f"addr add {c.address}/128 dev lo")
         ipb = self.tmp / "ip.batch"
         ipb.write_text("\n".join(batch) + "\n")
+        d = self.daemons
         script = (
-            'mount --bind "$1" /etc/hosts && hostname "$2" && ip -batch "$3" && '
-            f'echo "{NS_READY}" && exec "$4" -D -c -f "$5"'
+            d.mounts(self.hosts)
+            + f'hostname "$1" && ip -batch "$2" && echo "{NS_READY}" && '
+            + d.exec("slurmctld")
+            + ' -D -c -f "$3"'
         )
-        argv = [self.bins["unshare"], "--uts", "--mount", "--net", "--", "sh", "-c", script, "sh"]
-        argv += [str(self.hosts), expect.controller.name, str(ipb), self.bins["slurmctld"], str(conf)]
+        argv = [d.tools["unshare"], "--uts", "--mount", "--net", "--", "sh", "-c", script, "sh"]
+        argv += [expect.controller.name, str(ipb), str(conf)]
         env = dict(self.env, SLURM_CONF=str(conf))
         t0 = time.monotonic()
         daemon = proc.start(argv, env=env)
@@ -150,13 +161,21 @@ class Slurmctld:
     def query(self, pid: int, env: Mapping[str, str], expect: Expect) -> None:
         """scontrol inside the controller's namespaces (its address, its /etc/hosts), in parallel."""
         r = self.report
-        ns = [self.bins["nsenter"], "-t", str(pid), "-u", "-m", "-n", "--", self.bins["scontrol"]]
+        # the controller's own release of scontrol (chrooted into its view in root mode): the RPC
+        # protocol of scontrol and slurmctld must match
+        ns = [self.daemons.tools["nsenter"], "-t", str(pid), "-u", "-m", "-n", "--", *self.daemons.argv("scontrol")]
         timeout = self.remaining()  # the controller is up: a slow answer is load, not a hang
         results: dict[str, proc.ProcError | str] = {}
+        queries = dict(_QUERIES)
+        release = release_of(self.daemons.version)
+        if release is not None and release >= TOPOLOGY_YAML:
+            # 25.05+: the plugin is per topology in topology.yaml; show config keeps slurm.conf's
+            # default (topology/flat), show topoconf prints the topologies slurmctld loaded
+            queries["topoconf"] = ["show", "topoconf"]
 
         def one(what: str) -> None:
             try:
-                cp = proc.run(ns + _QUERIES[what], timeout=timeout, env=env)
+                cp = proc.run(ns + queries[what], timeout=timeout, env=env)
             except proc.ProcError as exc:
                 results[what] = exc
                 return
@@ -165,13 +184,13 @@ class Slurmctld:
             else:
                 results[what] = cp.stdout
 
-        threads = [threading.Thread(target=one, args=(w,)) for w in _QUERIES]
+        threads = [threading.Thread(target=one, args=(w,)) for w in queries]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         outputs: dict[str, str] = {}
-        for what in _QUERIES:
+        for what in queries:
             res = results.get(what)
             if isinstance(res, proc.ProcTimeout):
                 r.add(ProblemKind.TIMEOUT, f"scontrol show {what} did not answer")
@@ -180,7 +199,11 @@ class Slurmctld:
             else:
                 outputs[what] = res
         if "config" in outputs:
-            compare.compare_config(r, compare.parse_config(outputs["config"]), expect)
+            config = compare.parse_config(outputs["config"])
+            plugin = compare.topoconf_plugin(outputs.get("topoconf", ""))
+            if plugin is not None:
+                config["TopologyPlugin"] = plugin
+            compare.compare_config(r, config, expect)
         if "node" in outputs:
             r.nodes = compare.records(outputs["node"], "NodeName")
             compare.compare_nodes(r, expect)
@@ -189,4 +212,6 @@ class Slurmctld:
             compare.compare_partitions(r, expect)
         if "topology" in outputs:
             r.topology = compare.records(outputs["topology"], "SwitchName")
-            compare.compare_topology(r, expect)
+            r.blocks = compare.records(outputs["topology"], "BlockName")
+            r.aggregated_blocks = compare.records(outputs["topology"], "AggregatedBlock")
+            compare.compare_topology(r, expect, self.block_sizes)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from clusterforge import hostlist, proc
 from clusterforge.check import compare
+from clusterforge.check.daemons import Daemons
 from clusterforge.check.report import CheckReport, GresDevice, ProblemKind
 from clusterforge.check.slurmctld import NS_READY, noise
 from clusterforge.render.manifest import ExpectNode
@@ -91,19 +92,16 @@ class Probe:
 
 
 def start_probe(
-    node: ExpectNode, *, bins: Mapping[str, str], tmp: Path, hosts: Path, conf: Path, env: Mapping[str, str]
+    node: ExpectNode, *, daemons: Daemons, tmp: Path, hosts: Path, conf: Path, env: Mapping[str, str]
 ) -> Probe:
     """``slurmd -G`` for the first node of a GPU node line, over a /dev with fakes."""
     n = compare.names(node.names)[0]
-    devdir = fake_devices(tmp / f"dev-{n}", node)
     # One read-only overlay with the fakes on top of the real /dev: a single mount, and the
     # fakes stay invisible outside this mount namespace.
-    script = (
-        'mount -t overlay overlay -o "lowerdir=$1:/dev" /dev && mount --bind "$2" /etc/hosts && '
-        f'echo "{NS_READY}" && exec "$3" -G -N "$4" -f "$5"'
-    )
-    argv = [bins["unshare"], "--mount", "--", "sh", "-c", script, "sh"]
-    argv += [str(devdir), str(hosts), bins["slurmd"], n, str(conf)]
+    devdir = fake_devices(tmp / f"dev-{n}", node)
+    script = daemons.mounts(hosts, dev_lower=devdir) + f'echo "{NS_READY}" && ' + daemons.exec("slurmd")
+    script += ' -G -N "$1" -f "$2"'
+    argv = [daemons.tools["unshare"], "--mount", "--", "sh", "-c", script, "sh", n, str(conf)]
     return Probe(node, n, proc.start(argv, env=dict(env, SLURM_CONF=str(conf))), time.monotonic())
 
 
