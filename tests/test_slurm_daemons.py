@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import shutil
 import typing
 from collections.abc import Callable
@@ -87,7 +88,7 @@ def test_real_daemons_of_its_family_accept_example(
 
 # '"slurm_version": ' is cloud/agent.json's copy of the version (the agent's topology.conf header)
 VERSION_GATED = ("CgroupAutomount", "(Slurm ", "# mount missing v1 controllers", "# GPUs as consumable resources", "PrivateData=cloud", "# before 23.02 sinfo hides", '"slurm_version": ',
-                 "cloud_reg_addrs")  # 23.11 made it the default (render/versions.py cloud_reg_addrs_default)
+                 "cloud_reg_addrs", "# cgroup v2 where the host runs it, else v1")  # + "(deprecated since 25.05 ...)" from 25.05  # 23.11 made it the default (render/versions.py cloud_reg_addrs_default)
 
 
 @pytest.mark.parametrize("name", [n for n in EXAMPLE_SPECS if target(n) != "22.05"])
@@ -166,9 +167,9 @@ BLOCK = """topology:
 def render_topology(tmp_path: Path, topology: str, version: str) -> Path:
     text = (EXAMPLES / "onprem-dgx.yaml").read_text()
     text = text[: text.index("\ntopology:") + 1] + topology + text[text.index("\nstorage:") + 1 :]
-    assert 'version: "22.05"' in text
+    assert re.search(r'(?m)^  version: "[0-9.]+"$', text)
     spec = tmp_path / "spec.yaml"
-    spec.write_text(text.replace('version: "22.05"', f'version: "{version}"'))
+    spec.write_text(re.sub(r'(?m)^  version: "[0-9.]+"$', f'  version: "{version}"', text))
     folder = tmp_path / "out"
     write_render(render_cluster(load_spec(spec), base_dir=EXAMPLES), folder)
     return folder
