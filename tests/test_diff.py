@@ -222,7 +222,7 @@ def test_gpu_node_removed_drains_its_gres(tmp_path: Path) -> None:
     assert (gres.subject, gres.cls, gres.slurmd_nodes, gres.drain_nodes) == (
         "NodeName=gpu-002", ImpactClass.RECONFIGURE, "", "gpu-002"
     )
-    old = {**SPEC, "slurm": {"version": "22.05"}}  # 22.05's slurmd reads its devices only at start
+    old = {**SPEC, "os": "debian-12", "slurm": {"version": "22.05"}}  # 22.05's slurmd reads its devices only at start
     s = _diff(tmp_path, lambda sp: _group(sp, "gpu")["onprem"].update(hosts="gpu-001"), base=old)
     gres = next(i for i in s.impacts if i.file == "slurm/gres.conf")
     assert (gres.subject, gres.cls, gres.slurmd_nodes, gres.drain_nodes) == (
@@ -533,15 +533,18 @@ def test_git_diff_configs_cost_impact_findings(report: DiffReport) -> None:
     assert s.cost.delta == pytest.approx(s.cost.after - s.cost.before)
     assert any(item.startswith("gpu: 8 x p5.48xlarge") for item, _ in s.cost.added)
     impacts = {(i.file, i.subject): i for i in s.impacts}
+    # p5-training targets 25.05: from 24.11 slurm.conf everywhere plus scontrol reconfigure adds,
+    # removes and changes nodes (render/versions.py reconfigure_applies_node_changes); before, the
+    # node set was restart-all (tests/test_restart_policy.py keeps those releases' cases)
     nodes = impacts[("slurm/slurm.conf", "NodeName (node set)")]
-    assert nodes.cls is ImpactClass.RESTART_ALL and nodes.drain_nodes == "gpu-[009-016]"
+    assert nodes.cls is ImpactClass.RECONFIGURE and nodes.drain_nodes == "gpu-[009-016]"
     cpu = impacts[("slurm/slurm.conf", "NodeName=cpu-[001-004]")]
-    assert cpu.cls is ImpactClass.RESTART_SLURMCTLD and cpu.drain_nodes == "cpu-[001-004]"
+    assert cpu.cls is ImpactClass.RECONFIGURE and cpu.drain_nodes == "cpu-[001-004]"
     assert impacts[("slurm/slurm.conf", "PartitionName=debug")].cls is ImpactClass.RECONFIGURE
     gres = impacts[("slurm/gres.conf", "NodeName=gpu-[009-016]")]
     # 24.05: reconfigure starts new slurmds, which read gres.conf (render/versions.py reconfigure_restarts_daemons)
     assert gres.cls is ImpactClass.RECONFIGURE and gres.drain_nodes == "gpu-[009-016]"
-    assert s.operations.cls is ImpactClass.RESTART_ALL
+    assert s.operations.cls is ImpactClass.RECONFIGURE
     assert [(f.level, f.code) for f in s.introduced] == [("warning", "ssh-open-to-world")] and s.resolved == ()
 
 
@@ -557,11 +560,11 @@ def test_git_diff_formats(report: DiffReport) -> None:
     text = to_json(report)
     data = json.loads(text)
     assert text == json.dumps(data, indent=2, sort_keys=True) + "\n" and data["exit_code"] == 1
-    assert to_dict(report)["specs"][1]["operations"]["class"] == "restart-all"
+    assert to_dict(report)["specs"][1]["operations"]["class"] == "reconfigure"  # p5-training: 25.05
     md = to_markdown(report)
     assert md.startswith(MARKER) and len(md) <= 60_000
     assert "REPLACED: aws:fsx/lustreFileSystem:LustreFileSystem::p5-training-fsx" in md
-    assert "**restart-all**" in md and "<summary><code>slurm/slurm.conf</code>" in md
+    assert "**reconfigure**" in md and "<summary><code>slurm/slurm.conf</code>" in md
     from io import StringIO
 
     from rich.console import Console
@@ -635,7 +638,9 @@ def test_scale_in_retires_the_drained_nodes_before_pulumi_up(report: DiffReport)
     # the retired nodes get no other Slurm step: retire drained them and their instances are gone
     slurm_steps = [st for st in steps[2:] if st.startswith(("scontrol", "stop slurmd", "start slurmd"))]
     assert slurm_steps and not any("gpu-[0" in st and "016" in st for st in slurm_steps)
-    assert "stop slurmd on cpu-[001-004],gpu-[001-008] " in " ".join(steps)
+    # 25.05: the remaining nodes take the change by reconfigure, the changed CPU nodes drained around it
+    assert steps[install + 1] == "scontrol reconfigure" and not any(st.startswith("stop slurmd") for st in steps)
+    assert "scontrol update NodeName=cpu-[001-004] State=RESUME (nodes that still exist)" in steps
 
 
 def test_retired_nodes_are_the_highest_names_of_the_shrunk_cloud_groups() -> None:

@@ -54,7 +54,7 @@ class Aws(Model):
     )
     s3_bucket: str | None = Field(None, description="bucket the instance roles may read (datasets, installers)")
     ami: str = Field(
-        "resolve:ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id",
+        "resolve:ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id",
         description="AMI id (ami-...) or resolve:ssm:<parameter>; node groups may override",
     )
     key_name: str | None = Field(None, description="EC2 key pair for SSH; leave empty to rely on SSM")
@@ -367,7 +367,9 @@ class GpuStack(Model):
 
 
 class SlurmSettings(Model):
-    version: SlurmVersion = Field("24.05", description="Slurm release the configs are rendered for")
+    version: SlurmVersion = Field(
+        "23.11", description="Slurm release the configs are rendered for (the default: what the default os ships)"
+    )
     package_repo: PackageRepo | None = Field(
         None,
         description="an apt repository of the site's own builds of slurm.version; needed when the OS "
@@ -398,7 +400,7 @@ class Cluster(Model):
     """A whole cluster. ``clusterforge validate`` checks it; every other verb starts from it."""
 
     name: Name
-    os: OsName = "ubuntu-22.04"
+    os: OsName = Field("ubuntu-24.04", description="the hosts' OS; it must ship slurm.version unless slurm.package_repo is set")
     facts_dir: str | None = Field(
         None, description="folder of hardware facts discovered on the hosts (relative to the spec file)"
     )
