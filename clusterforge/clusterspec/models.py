@@ -384,7 +384,7 @@ class SlurmSettings(Model):
     )
 
 
-OsName = Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
+OsName = Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12", "debian-13"]
 
 
 class Cluster(Model):
