@@ -63,13 +63,15 @@ def _is_aws(spec_path: Path) -> bool:
     return is_aws_spec(resolve_file(spec_path))
 
 
-def missing_prerequisites() -> str | None:
-    """Why this machine cannot run a local cluster, or None."""
+def missing_prerequisites(boot: str = DEFAULT_BOOT) -> str | None:
+    """Why this machine cannot run a local cluster (with nodes booted ``boot``), or None."""
     if os.geteuid() != 0:
         return "needs root (network namespaces, mounts, chroot): run it with sudo"
     for tool in ("debootstrap", "dpkg-scanpackages", "apt-ftparchive", "gpg", "ip", "unshare", "nsenter", "ssh"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed: run `make setup` (scripts/setup-deps.sh) first"
+    if boot == "systemd" and shutil.which("systemd-nspawn") is None:
+        return "systemd-nspawn is not installed (booted nodes): apt-get install -y systemd-container, or --boot chroot"
     if shutil.which("ansible-playbook") is None:
         return "ansible-playbook is not installed: run `make setup` (scripts/setup-deps.sh) first"
     return None
@@ -166,7 +168,7 @@ class LocalCluster:
         ``boot`` is how nodes boot: ``systemd`` (systemd-nspawn, systemd as PID 1) or ``chroot``.
         """
         say = progress or (lambda _m: None)
-        why = missing_prerequisites()
+        why = missing_prerequisites(boot)
         if why:
             raise LocalError(why)
         seconds: dict[str, float] = {}

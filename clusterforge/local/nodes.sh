@@ -1,9 +1,15 @@
 #!/bin/bash
 # The local cluster's nodes: each one a host of its own on this machine. A node is an overlay
-# copy of a cached Debian 12 minbase rootfs, booted in its own network, PID, mount and UTS
-# namespaces with sshd as PID 1 (daemons run under the roles' clusterforge-svc supervisor),
-# on one bridge that lives in a namespace of its own, beside a local apt repository served on
-# the bridge. No systemd, no Docker; needs root, iproute2, util-linux.
+# copy of a cached Debian minbase rootfs (rootfs.sh: bookworm or trixie, with systemd), in its
+# own network namespace on one bridge that lives in a namespace of its own, beside a local apt
+# repository served on the bridge. NODES_BOOT (at `up`/`bridge`; recorded for `boot`) says how
+# a node boots:
+#   systemd  systemd-nspawn -b: systemd is PID 1 and runs the roles' units (the production path;
+#            needs systemd-nspawn from systemd-container, no systemd on this host: --keep-unit
+#            --register=no)
+#   chroot   (default) own PID, mount and UTS namespaces with sshd as PID 1; daemons run under the
+#            roles' clusterforge-svc supervisor
+# No Docker; needs root, iproute2, util-linux.
 #
 #   nodes.sh up   STATE ROOTFS REPO NET PREFIX NAME=ADDR[:gpuN] ...   # NET like 10.79.0
 #   nodes.sh bridge STATE ROOTFS REPO NET PREFIX   # the bridge and the repository only (no nodes)
@@ -19,7 +25,7 @@
 #
 # NET.1 is the bridge, the repository (port 8081) and the Ansible side. A node NAME=ADDR:gpu8
 # gets eight fake /dev/nvidiaN character devices (major 195) plus /dev/nvidiactl in its private
-# /dev. Everything started is recorded in STATE (pids, netns, hostnames) and `down` removes
+# /dev (a booted node: in nspawn's /dev, made after boot). Everything started is recorded in STATE (pids, netns, hostnames) and `down` removes
 # exactly that: it kills the recorded PIDs (each node's PID namespace dies with its PID 1, its
 # mounts with it), deletes the recorded namespaces, rmdirs the cgroup folders the nodes' slurmds
 # made and deletes the overlay layers. It never touches anything it did not record.
