@@ -70,7 +70,7 @@ def test_what_cannot_run_locally_is_refused_with_the_fix(spec: str, net: str, me
 
 
 def test_local_vars_point_at_the_bridge() -> None:
-    v = local_vars("10.83.0")
+    v = local_vars("10.83.0", "chroot")
     assert v["clusterforge_service_manager"] == "direct"
     assert v["nvidia_driver_repo_url"] == "http://10.83.0.1:8081/nvidia/"
 
@@ -114,3 +114,16 @@ def test_booted_nodes_take_the_systemd_path() -> None:
     lay = plan_layout(EXAMPLES / "local.yaml", "10.86.3.0/24", boot="systemd")
     assert lay.prefix == "cf86x3"  # one name per /24: 10.86.1 and 10.86.3 can run side by side
     assert any("clusterforge_service_manager=systemd" in o for o in lay.overrides)
+
+
+def test_the_aws_flavour_keeps_chroot_instances() -> None:
+    """Its instances' user data runs from the hypervisor, as cloud-init would: no systemd there,
+    so they keep sshd as PID 1 and the clusterforge-svc supervisor."""
+    from clusterforge.local.aws.flavour import plan_aws_layout
+    from clusterforge.resolve import resolve_file
+
+    spec = EXAMPLES / "local-aws.yaml"
+    lay = plan_aws_layout(resolve_file(spec), spec, "10.79.0.0/24")
+    assert (lay.boot, lay.suite) == ("chroot", "bookworm")
+    assert local_vars(lay.net, lay.boot)["clusterforge_service_manager"] == "direct"
+    assert plan_layout(EXAMPLES / "local.yaml").boot == "systemd"  # on-prem nodes boot systemd by default

@@ -154,7 +154,7 @@ class LocalCluster:
         *,
         net: str = DEFAULT_NET,
         os_name: str | None = None,
-        boot: str = DEFAULT_BOOT,
+        boot: str | None = None,
         configure: bool = True,
         check: bool = False,
         diff: bool = False,
@@ -165,10 +165,11 @@ class LocalCluster:
 
         A second ``up`` on a running cluster re-runs the playbook only (an idempotent re-run).
         ``os_name`` (``--os``) replaces the spec's ``os`` (the nodes' Debian release and its Slurm);
-        ``boot`` is how nodes boot: ``systemd`` (systemd-nspawn, systemd as PID 1) or ``chroot``.
+        ``boot`` is how nodes boot: ``systemd`` (systemd-nspawn, systemd as PID 1; the default) or
+        ``chroot`` (sshd as PID 1, clusterforge-svc); the AWS flavour's instances are chroot nodes.
         """
         say = progress or (lambda _m: None)
-        why = missing_prerequisites(boot)
+        why = missing_prerequisites(boot or DEFAULT_BOOT)
         if why:
             raise LocalError(why)
         seconds: dict[str, float] = {}
@@ -181,15 +182,15 @@ class LocalCluster:
                 )
             say(f"local cluster {layout.cluster} is up: re-running the playbook")
         elif _is_aws(Path(spec_path)):
-            if os_name or boot != DEFAULT_BOOT:
+            if os_name or boot == "systemd":
                 raise LocalError(
-                    "--os/--boot apply to on-prem specs only: the AWS flavour boots its instances from the spec's "
-                    "own os as chroot nodes (the instances' user data runs as cloud-init would, without systemd)"
+                    "--os/--boot systemd apply to on-prem specs only: the AWS flavour boots its instances from the "
+                    "spec's own os as chroot nodes (the instances' user data runs as cloud-init would, without systemd)"
                 )
             return self._up_aws(Path(spec_path), net, configure=configure, check=check, diff=diff, say=say,
                                 ansible_progress=ansible_progress)
         else:
-            layout = plan_layout(Path(spec_path), net, os_name=os_name, boot=check_boot(boot))
+            layout = plan_layout(Path(spec_path), net, os_name=os_name, boot=check_boot(boot or DEFAULT_BOOT))
             rootfs, repo = self._prepare(layout, say, seconds)
             t = time.monotonic()
             how = "systemd as PID 1 (systemd-nspawn)" if layout.boot == "systemd" else "sshd as PID 1 (chroot)"

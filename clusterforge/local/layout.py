@@ -12,7 +12,7 @@ machine, and says so (``LocalLayout.overrides``):
 * with ``--os``, the node OS (and the Slurm release that OS ships) instead of the spec's.
 
 The node OS picks the Debian release the nodes boot (``OS_SUITES``); nodes boot systemd as PID 1
-(``systemd-nspawn``, ``boot="systemd"``), or, with ``boot="chroot"``, run sshd as PID 1 and the
+(``systemd-nspawn``, ``boot="systemd"``, the default), or, with ``boot="chroot"``, run sshd as PID 1 and the
 daemons under the roles' ``clusterforge-svc`` supervisor (``clusterforge_service_manager=direct``).
 """
 
@@ -40,7 +40,7 @@ REPO_PORT = 8081
 OS_SUITES: dict[str, tuple[str, str]] = {"debian-12": ("bookworm", "22.05"), "debian-13": ("trixie", "24.11")}
 #: how a node boots: systemd as PID 1 (systemd-nspawn -b), or sshd as PID 1 in a chroot
 BOOT_MODES = ("systemd", "chroot")
-DEFAULT_BOOT = "chroot"
+DEFAULT_BOOT = "systemd"
 
 
 class LocalError(ClusterforgeError):
@@ -74,7 +74,7 @@ class LocalLayout:
     #: "onprem": nodes from the spec's hosts; "aws": instances of an emulated AWS that name themselves
     flavour: str = "onprem"
     suite: str = "bookworm"  # the Debian release the nodes boot (OS_SUITES)
-    boot: str = DEFAULT_BOOT  # BOOT_MODES
+    boot: str = "chroot"  # BOOT_MODES (a layout recorded before nodes booted systemd: chroot)
 
     @property
     def prefix(self) -> str:
