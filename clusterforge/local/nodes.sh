@@ -7,8 +7,10 @@
 #   systemd  systemd-nspawn -b: systemd is PID 1 and runs the roles' units (the production path;
 #            needs systemd-nspawn from systemd-container, no systemd on this host: --keep-unit
 #            --register=no)
-#   chroot   (default) own PID, mount and UTS namespaces with sshd as PID 1; daemons run under the
-#            roles' clusterforge-svc supervisor
+#   chroot   (this script's default: the AWS flavour's instances, whose user data the hypervisor
+#            runs) own PID, mount and UTS namespaces with sshd as PID 1; daemons run under the
+#            roles' clusterforge-svc supervisor. `clusterforge local up` boots on-prem nodes with
+#            systemd unless told --boot chroot
 # No Docker; needs root, iproute2, util-linux.
 #
 #   nodes.sh up   STATE ROOTFS REPO NET PREFIX NAME=ADDR[:gpuN] ...   # NET like 10.79.0
@@ -25,7 +27,8 @@
 #
 # NET.1 is the bridge, the repository (port 8081) and the Ansible side. A node NAME=ADDR:gpu8
 # gets eight fake /dev/nvidiaN character devices (major 195) plus /dev/nvidiactl in its private
-# /dev (a booted node: in nspawn's /dev, made after boot). Everything started is recorded in STATE (pids, netns, hostnames) and `down` removes
+# /dev (a booted node: in nspawn's /dev, made after boot). Everything started is recorded in
+# STATE (pids, netns, hostnames) and `down` removes
 # exactly that: it kills the recorded PIDs (each node's PID namespace dies with its PID 1, its
 # mounts with it), deletes the recorded namespaces, rmdirs the cgroup folders the nodes' slurmds
 # made and deletes the overlay layers. It never touches anything it did not record.
