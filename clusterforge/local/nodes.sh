@@ -165,8 +165,12 @@ boot_systemd() { # NAME NETNS DIR GPUS: systemd as PID 1 in systemd-nspawn, on t
   echo "$p1" >"$d/pid1"
   # fake GPUs: character devices (major 195) made in the container's own /dev (nspawn's tmpfs),
   # so that they are plain device files the node can move (the health-check fault test does)
-  for g in $(seq 0 $((gpus - 1))); do nsenter -t "$p1" -m mknod -m 666 "/dev/nvidia$g" c 195 "$g"; done
-  [ "$gpus" = 0 ] || nsenter -t "$p1" -m mknod -m 666 /dev/nvidiactl c 195 255
+  # (mknod, then chmod: bookworm's `mknod -m` sets the mode through /proc/self, which is not
+  # this process's in the container's mount namespace)
+  if [ "$gpus" != 0 ]; then
+    nsenter -t "$p1" -m sh -c 'g=0; while [ "$g" -lt "$1" ]; do mknod "/dev/nvidia$g" c 195 "$g"; g=$((g + 1)); done
+      mknod /dev/nvidiactl c 195 255; chmod 666 /dev/nvidia*' _ "$gpus"
+  fi
   # nspawn mounts the cgroup v1 controllers read-only; slurmd's cgroup plugins (proctrack,
   # task, devices confinement) write there, so they are remounted rw from outside
   for c in /sys/fs/cgroup/*; do
