@@ -365,6 +365,15 @@ def local_up_cmd(
     ] = None,
     state: StateOpt = None,
     net: Annotated[str, typer.Option(help="private /24 the nodes live on")] = "10.79.0.0/24",
+    os_name: Annotated[
+        str | None,
+        typer.Option("--os", help="node OS instead of the spec's: debian-13 (Slurm 24.11) or debian-12 (Slurm 22.05)"),
+    ] = None,
+    boot: Annotated[
+        str | None,
+        typer.Option(help="how nodes boot: systemd (systemd-nspawn, systemd as PID 1; the default on-prem) or "
+                     "chroot (sshd as PID 1, daemons under clusterforge-svc; the AWS flavour's instances)"),
+    ] = None,
     check: Annotated[bool, typer.Option("--check", help="create the nodes, run the playbook in check mode")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="show what each changed file becomes")] = False,
     nodes_only: Annotated[bool, typer.Option("--nodes-only", help="create the nodes, do not run the playbook")] = False,
@@ -377,6 +386,8 @@ def local_up_cmd(
     res = lc.up(
         spec or DEFAULT_SPEC,
         net=net,
+        os_name=os_name,
+        boot=boot,
         configure=not nodes_only,
         check=check,
         diff=diff,

@@ -15,6 +15,7 @@ Every wait is bounded; the module fixture tears the cluster down even when a ste
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -30,7 +31,10 @@ from clusterforge.local import LocalCluster, missing_prerequisites
 from clusterforge.local.aws.flavour import ec2_leaves, slurm_leaves
 
 ROOT = Path(__file__).resolve().parents[1]
-NET = "10.82.0.0/24"  # neither the demo's 10.79.0.0/24 nor the on-prem test's 10.81.0.0/24
+# neither the demo's 10.79.0.0/24 nor the on-prem test's 10.81.0.0/24; CLUSTERFORGE_LOCAL_AWS_TEST_NET
+# moves it (an A.B.0.0/24: the example's VPC 10.79.0.0/16 becomes A.B.0.0/16)
+NET = os.environ.get("CLUSTERFORGE_LOCAL_AWS_TEST_NET", "10.82.0.0/24")
+AB = ".".join(NET.split(".")[:2])
 GPUS = ["gpu-001", "gpu-002", "gpu-003", "gpu-004"]
 CB_ID = "cr-0a1b2c3d4e5f60718"
 ALL = sorted([*GPUS, "cb-001", "head-001"])
@@ -47,7 +51,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
     tmp = tmp_path_factory.mktemp("localaws")
     spec = tmp / "local-aws.yaml"
     # the example's private subnet is the demo network; this test runs on a /24 of its own
-    text = (ROOT / "examples" / "local-aws.yaml").read_text().replace("10.79.", "10.82.")
+    text = (ROOT / "examples" / "local-aws.yaml").read_text().replace("10.79.", f"{AB}.")
     # plus one node of a Capacity Block that started an hour ago (so its group runs at full size)
     # and ends in two days; the capacity-block test moves the agent's clock, not the block
     start, end = ((datetime.now(UTC) + timedelta(hours=h)).strftime("%Y-%m-%dT%H:%M:%SZ") for h in (-1, 48))
@@ -74,7 +78,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
         lc.down()
     # nothing left: no namespace of this network, no cgroup folder a node's slurmd made
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
-    assert "cf82-" not in ns, ns
+    assert f"cf{AB.split('.')[1]}-" not in ns, ns
     left = [c for c in Path("/sys/fs/cgroup").glob("*/slurm_*") if c.name in {f"slurm_{n}" for n in ALL}]
     assert left == [], left
 

@@ -1,8 +1,13 @@
-"""End to end, for real: bare Debian 12 nodes -> a working GPU Slurm cluster -> jobs -> faults -> down.
+"""End to end, for real: bare Debian 13 nodes -> a working GPU Slurm 24.11 cluster -> jobs -> faults -> down.
 
-``clusterforge local`` builds ``examples/local.yaml`` (a controller with slurmdbd and MariaDB, a
-login node, two GPU nodes with 8 fake H100 each, two CPU nodes) on a private /24 of its own, so
-it does not meet a demo cluster on the default network. The production ``playbooks/site.yml``
+``clusterforge local`` builds ``examples/local.yaml`` (Debian 13, Slurm 24.11: a controller with
+slurmdbd and MariaDB, a login node, two GPU nodes with 8 fake H100 each, two CPU nodes) on a
+private /24 of its own, so it does not meet a demo cluster on the default network. The nodes boot
+systemd as PID 1 (systemd-nspawn), so the roles' systemd path runs: units, handlers, systemctl;
+the handlers' restart order is read back from systemd. ``CLUSTERFORGE_LOCAL_TEST_BOOT=chroot``
+runs the same test on sshd-as-PID-1 nodes with the clusterforge-svc supervisor;
+``CLUSTERFORGE_LOCAL_TEST_NET`` / ``..._CRASH_NET`` move it to other networks (two runs on one
+machine need two). The production ``playbooks/site.yml``
 runs on the fresh nodes in check mode first, then for real, and a third time at the end, when it
 must change nothing. In between: daemons, GRES registration, jobs across nodes, accounting, the
 NCCL job environment, the faults of the issue (slurmd killed, health check failing,
@@ -27,16 +32,18 @@ from typing import Any
 import pytest
 
 from clusterforge.configure import TextProgress
-from clusterforge.local import LocalCluster, missing_prerequisites
+from clusterforge.local import LocalCluster, LocalLayout, missing_prerequisites
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "examples" / "local.yaml"
-NET = "10.81.0.0/24"  # not the demo's 10.79.0.0/24
+NET = os.environ.get("CLUSTERFORGE_LOCAL_TEST_NET", "10.81.0.0/24")  # not the demo's 10.79.0.0/24
+CRASH_NET = os.environ.get("CLUSTERFORGE_LOCAL_TEST_CRASH_NET", "10.83.0.0/24")
+BOOT = os.environ.get("CLUSTERFORGE_LOCAL_TEST_BOOT", "systemd")
 NODES = ["ctl", "login", "gpu-001", "gpu-002", "cpu-001", "cpu-002"]
 CLI = [sys.executable, "-c", "from clusterforge.cli import main; main()"]  # the `clusterforge` command
 
 pytestmark = [pytest.mark.local]
-_why = missing_prerequisites()
+_why = missing_prerequisites(BOOT)
 if _why:
     pytestmark.append(pytest.mark.skip(reason=_why))
 
@@ -58,7 +65,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
     r.state = state
     r.check_lines, r.first_lines = [], []
     try:
-        up = lc.up(SPEC, net=NET, configure=False)
+        up = lc.up(SPEC, net=NET, boot=BOOT, configure=False)
         r.seconds = dict(up.seconds)
         r.check = lc.configure(check=True, diff=True, progress=TextProgress(r.check_lines.append))
         print(f"\ncheck mode on fresh nodes: rc={r.check.rc} {r.check.duration_s:.1f} s")
@@ -112,6 +119,21 @@ def alerts(lc: LocalCluster, name: str) -> list[dict[str, Any]]:
     return [a for a in prometheus(lc, "alerts")["alerts"] if a["labels"]["alertname"] == name]
 
 
+#: clusterforge-svc's names -> the packages' systemd units
+UNITS = {"node-exporter": "prometheus-node-exporter"}
+
+
+def svc(lc: LocalCluster, node: str, action: str, name: str) -> str:
+    """start/stop/restart a daemon as the node's service manager does it."""
+    if lc.layout().boot == "systemd":
+        return sh(lc, node, f"systemctl {action} {UNITS.get(name, name)}")
+    return sh(lc, node, f"clusterforge-svc {action} {name}")
+
+
+def prefix(net: str) -> str:
+    return LocalLayout(cluster="", net=net.rsplit(".", 1)[0], nodes=[], spec={}).prefix
+
+
 def node_state(lc: LocalCluster, node: str) -> str:
     out = sh(lc, "login", f"scontrol show node {node} --oneliner")
     m = re.search(r"State=(\S+)", out)
@@ -143,7 +165,7 @@ def test_nodes_are_hosts_of_their_own(cluster: tuple[LocalCluster, Runs]) -> Non
         gpus = sh(lc, n.name, "ls /dev | grep -c -E '^nvidia[0-9]+$' || true").strip()
         assert int(gpus or 0) == n.gpus, (n.name, gpus)
     # the addresses were moved into the test's network, and local mode said so
-    assert any(o.startswith("addresses (not in 10.81.0.0/24)") for o in layout.overrides)
+    assert any(o.startswith(f"addresses (not in {NET})") for o in layout.overrides)
     assert "SlurmdParameters=config_overrides" in (lc.state / "inventory" / "local.render" / "slurm" / "slurm.conf").read_text()
 
 
@@ -182,6 +204,57 @@ def test_jobs_run_across_nodes(cluster: tuple[LocalCluster, Runs]) -> None:
     assert sorted(sh(lc, "login", "srun -N4 -p all hostname").split()) == ["cpu-001", "cpu-002", "gpu-001", "gpu-002"]
     out = sh(lc, "login", "srun -N2 -p gpu --gpus-per-node=2 bash -c 'echo $(hostname) $CUDA_VISIBLE_DEVICES'")
     assert sorted(out.splitlines()) == ["gpu-001 0,1", "gpu-002 0,1"]
+
+
+def test_nodes_run_debian_13_with_slurm_24_11_under_systemd(cluster: tuple[LocalCluster, Runs]) -> None:
+    """The pair examples/local.yaml names is what runs: Debian 13 nodes, Debian's Slurm 24.11, and
+    (booted nodes) systemd as PID 1 that started the daemons as its units, none failed."""
+    lc, _ = cluster
+    for n in NODES:
+        assert 'VERSION_ID="13"' in sh(lc, n, "cat /etc/os-release"), n
+    assert sh(lc, "ctl", "slurmctld -V").split()[1].startswith("24.11."), "slurmctld -V"
+    assert sh(lc, "gpu-001", "slurmd -V").split()[1].startswith("24.11."), "slurmd -V"
+    if lc.layout().boot != "systemd":
+        pytest.skip("chroot nodes: sshd is PID 1, no systemd")
+    units = {"ctl": ["munge", "mariadb", "slurmdbd", "slurmctld", "prometheus", "prometheus-node-exporter"],
+             "login": ["munge", "prometheus-node-exporter"],
+             "gpu-001": ["munge", "slurmd", "nvidia-dcgm", "nvidia-dcgm-exporter", "nvidia-persistenced"],
+             "cpu-001": ["munge", "slurmd"]}
+    for node, want in units.items():
+        assert sh(lc, node, "cat /proc/1/comm").strip() == "systemd", node
+        state = sh(lc, node, "systemctl is-system-running || true").strip()
+        failed = sh(lc, node, "systemctl --failed --no-legend --plain")
+        assert (state, failed) == ("running", ""), (node, state, failed)
+        active = sh(lc, node, f"systemctl is-active {' '.join(want)} || true").split()
+        assert active == ["active"] * len(want), (node, dict(zip(want, active, strict=False)))
+        enabled = sh(lc, node, f"systemctl is-enabled {' '.join(want)} || true").split()
+        assert enabled == ["enabled"] * len(want), (node, dict(zip(want, enabled, strict=False)))
+        assert not sh(lc, node, "ls /etc/clusterforge/services 2>/dev/null || true").strip(), node  # no supervisor
+
+
+def test_gpu_devices_are_confined_by_the_cgroup(cluster: tuple[LocalCluster, Runs]) -> None:
+    """ConstrainDevices: a job step opens only the GPUs it was given. Opening a fake /dev/nvidiaN
+    gives ENXIO ("No such device or address") when the devices cgroup allows it and EPERM when it
+    denies it (local-cluster.md §2)."""
+    lc, _ = cluster
+    probe = ("for i in 0 1 2 3 4 5 6 7; do if err=$( (exec 3</dev/nvidia$i) 2>&1 ); then r=ok; "
+             "else case $err in *'not permitted'*) r=deny ;; *'No such device or address'*) r=ok ;; *) r=other ;; "
+             "esac; fi; printf '%s:%s ' $i $r; done; echo")
+    out = sh(lc, "login", f"srun -N1 -p gpu -w gpu-001 --gpus-per-node=2 bash -c {_q(probe)}")
+    assert out.split() == ["0:ok", "1:ok"] + [f"{i}:deny" for i in range(2, 8)], out
+    out = sh(lc, "login", f"srun -N1 -p gpu -w gpu-002 --gpus-per-node=8 bash -c {_q(probe)}")
+    assert out.split() == [f"{i}:ok" for i in range(8)], out
+
+
+def test_tree_topology_is_what_slurmctld_loaded(cluster: tuple[LocalCluster, Runs]) -> None:
+    lc, _ = cluster
+    out = sh(lc, "login", "scontrol show topology")
+    # examples/local.yaml: one rack switch leaf1 with the four compute nodes
+    m = re.search(r"SwitchName=leaf1 Level=0 LinkSpeed=\d+ Nodes=(\S+)", out)
+    assert m and m.group(1) == "cpu-[001-002],gpu-[001-002]", out
+    # a 3-node job under one switch runs on three of its four nodes
+    hosts = sh(lc, "login", "srun -N3 --switches=1 -p all hostname").split()
+    assert len(set(hosts)) == 3 and set(hosts) <= {"cpu-001", "cpu-002", "gpu-001", "gpu-002"}, hosts
 
 
 def test_user_commands_status_run_and_ssh(cluster: tuple[LocalCluster, Runs]) -> None:
@@ -260,8 +333,8 @@ def test_killed_slurmd_marks_the_node_down_and_requeues_its_job(cluster: tuple[L
     )
     assert "Restarts=1" in info, info
     sh(lc, "login", f"scancel {job}")
-    # bring the node back: the supervisor starts slurmd again and ReturnToService=2 resumes it
-    sh(lc, victim, "clusterforge-svc start slurmd")
+    # bring the node back: its service manager starts slurmd again and ReturnToService=2 resumes it
+    svc(lc, victim, "start", "slurmd")
     wait_for(f"{victim} back to idle", lambda: node_state(lc, victim).startswith("IDLE"), 120)
 
 
@@ -293,7 +366,7 @@ def test_restarting_slurmctld_loses_no_job(cluster: tuple[LocalCluster, Runs]) -
     queued = sh(lc, "login", "sbatch --parsable -N2 -p gpu --gpus-per-node=8 --wrap 'true'").strip()
     assert "JobState=PENDING" in sh(lc, "login", f"scontrol show job {queued} -o")
     before = sh(lc, "ctl", "pgrep -x slurmctld").split()
-    sh(lc, "ctl", "clusterforge-svc restart slurmctld")
+    svc(lc, "ctl", "restart", "slurmctld")
     wait_for("slurmctld answering again", lambda: lc.on("login", "timeout 10 scontrol ping").returncode == 0, 60)
     assert sh(lc, "ctl", "pgrep -x slurmctld").split() != before
     assert "JobState=RUNNING" in sh(lc, "login", f"scontrol show job {running} -o")
@@ -322,7 +395,7 @@ def test_prometheus_scrapes_every_node_and_alerts_on_a_lost_one(cluster: tuple[L
     rendered = (lc.state / "inventory" / "local.render" / "prometheus" / "alerts.yml").read_text()
     assert set(health) == set(re.findall(r"- alert: (\w+)", rendered)) and set(health.values()) == {"ok"}, health
 
-    sh(lc, "cpu-002", "clusterforge-svc stop node-exporter")
+    svc(lc, "cpu-002", "stop", "node-exporter")
     try:
         got = wait_for("NodeExporterDown for cpu-002", lambda: alerts(lc, "NodeExporterDown"), 60)
         assert [(a["labels"]["instance"], a["labels"]["node_group"], a["labels"]["severity"]) for a in got] == [
@@ -330,7 +403,7 @@ def test_prometheus_scrapes_every_node_and_alerts_on_a_lost_one(cluster: tuple[L
         assert got[0]["state"] in ("pending", "firing")  # firing after three missed scrapes (120 s)
         assert got[0]["annotations"]["summary"] == "cpu-002 (cpu): node exporter has not answered for three scrapes"
     finally:
-        lc.on("cpu-002", "clusterforge-svc start node-exporter")
+        svc(lc, "cpu-002", "start", "node-exporter")
     wait_for("cpu-002 scraped again", lambda: targets().get(("node", "cpu-002")) == "up", 60)
     wait_for("NodeExporterDown resolved", lambda: not alerts(lc, "NodeExporterDown"), 60)
 
@@ -346,6 +419,46 @@ def test_prometheus_scrapes_every_node_and_alerts_on_a_lost_one(cluster: tuple[L
     finally:
         lc.on("gpu-001", "rm -f /run/dcgm-standin/xid-5")
     wait_for("GpuXidFellOffBus resolved", lambda: not alerts(lc, "GpuXidFellOffBus"), 60)
+
+
+# ------------------------------------------------------------------------------ handlers
+
+
+def _unit(lc: LocalCluster, node: str, unit: str) -> tuple[str, int]:
+    """(InvocationID, ActiveEnterTimestampMonotonic in µs) of a unit, as systemd records them;
+    the nodes share this machine's kernel, so the monotonic clock is one across nodes."""
+    out = sh(lc, node, f"systemctl show -p InvocationID,ActiveEnterTimestampMonotonic {unit}")
+    kv = dict(ln.split("=", 1) for ln in out.splitlines() if "=" in ln)
+    return kv["InvocationID"], int(kv["ActiveEnterTimestampMonotonic"])
+
+
+def test_handlers_restart_in_order_as_systemd_records(cluster: tuple[LocalCluster, Runs]) -> None:
+    """A hand-edited munge key on cpu-001 and hand-edited slurm.conf copies on ctl and cpu-001:
+    the next run puts the files back and its handlers restart munge, then slurmctld (the
+    controller play first), then slurmd, and nothing on cpu-002. The order is read from systemd
+    (each unit's invocation and when it became active), not from Ansible's output."""
+    lc, _ = cluster
+    if lc.layout().boot != "systemd":
+        pytest.skip("chroot nodes: no systemd to read the restart order from")
+    watched = [("cpu-001", "munge"), ("ctl", "slurmctld"), ("cpu-001", "slurmd"), ("cpu-002", "slurmd"),
+               ("cpu-002", "munge")]
+    before = {w: _unit(lc, *w) for w in watched}
+    sh(lc, "cpu-001", "cp -p /etc/munge/munge.key /root/munge.key.orig && "
+       "dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none")
+    for n in ("ctl", "cpu-001"):
+        sh(lc, n, "echo '# a local edit the next run reverts' >> /etc/slurm/slurm.conf")
+    lines: list[str] = []
+    run = lc.configure(limit="ctl,cpu-001,cpu-002", progress=TextProgress(lines.append))
+    assert run.ok, "\n".join(run.failures + lines[-40:])
+    after = {w: _unit(lc, *w) for w in watched}
+    restarted = [w for w in watched if after[w][0] != before[w][0]]
+    assert restarted == watched[:3], (restarted, before, after)
+    t = [after[w][1] for w in watched[:3]]
+    assert t == sorted(t) and len(set(t)) == 3, dict(zip(watched, t, strict=False))  # munge < slurmctld < slurmd
+    assert sh(lc, "cpu-001", "cmp /etc/munge/munge.key /root/munge.key.orig && echo same").strip() == "same"
+    assert "a local edit" not in sh(lc, "cpu-001", "cat /etc/slurm/slurm.conf")
+    wait_for("cpu-001 idle after its restart", lambda: node_state(lc, "cpu-001").startswith("IDLE"), 60)
+    assert sorted(sh(lc, "login", "srun -N2 -p cpu hostname").split()) == ["cpu-001", "cpu-002"]
 
 
 # --------------------------------------------------------------------------- idempotence
@@ -381,7 +494,7 @@ def test_down_removes_everything_and_is_safe_twice(cluster: tuple[LocalCluster, 
     pids = [int(p) for p in (lc.state / "pids").read_text().split()]
     netns = (lc.state / "netns").read_text().split()
     removed = lc.down()
-    assert any(x.startswith("netns: cf81-br") for x in removed)
+    assert any(x.startswith(f"netns: {prefix(NET)}-br") for x in removed)
     assert not lc.state.exists()
     for pid in pids:
         wait_for(f"pid {pid} gone", lambda pid=pid: not _alive(pid), 15, every=0.5)
@@ -405,20 +518,21 @@ def test_down_after_a_crashed_up_removes_what_it_made(tmp_path: Path) -> None:
     """`up` killed half-way (its whole process group, as a closed terminal or an OOM kill would):
     `down` still removes every namespace and process it had made, from the state folder."""
     state = tmp_path / "state"
-    up = subprocess.Popen([*CLI, "local", "up", str(SPEC), "--nodes-only", "--net", "10.83.0.0/24",
+    up = subprocess.Popen([*CLI, "local", "up", str(SPEC), "--nodes-only", "--net", CRASH_NET, "--boot", BOOT,
                            "--state", str(state)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                           start_new_session=True)
+    pre = prefix(CRASH_NET) + "-"
     try:
         # kill it once three namespaces exist (the bridge's and two nodes'), before the other four
-        wait_for("up half-way", lambda: len([n for n in netns_list() if n.startswith("cf83-")]) >= 3, 120, every=0.05)
+        wait_for("up half-way", lambda: len([n for n in netns_list() if n.startswith(pre)]) >= 3, 120, every=0.05)
     finally:
         os.killpg(up.pid, signal.SIGKILL)
         up.wait(30)
-    left = [n for n in netns_list() if n.startswith("cf83-")]
+    left = [n for n in netns_list() if n.startswith(pre)]
     assert 3 <= len(left) < 7, left  # a half-made cluster: something for down to remove
     down = cli("local", "down", "--state", str(state))
     assert down.returncode == 0, down.stdout + down.stderr
-    assert not [n for n in netns_list() if n.startswith("cf83-")]
+    assert not [n for n in netns_list() if n.startswith(pre)]
     assert not state.exists()
     assert subprocess.run(["pgrep", "-f", str(state)], capture_output=True, check=False).returncode == 1
     assert str(state) not in Path("/proc/self/mountinfo").read_text()

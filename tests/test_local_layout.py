@@ -69,7 +69,7 @@ def test_what_cannot_run_locally_is_refused_with_the_fix(spec: str, net: str, me
 
 
 def test_local_vars_point_at_the_bridge() -> None:
-    v = local_vars("10.83.0")
+    v = local_vars("10.83.0", "chroot")
     assert v["clusterforge_service_manager"] == "direct"
     assert v["nvidia_driver_repo_url"] == "http://10.83.0.1:8081/nvidia/"
 
@@ -89,3 +89,40 @@ def test_commands_on_a_missing_cluster_say_what_to_do(tmp_path: Path, capsys: py
         assert exc.value.code == 2
         err = capsys.readouterr().err
         assert "no local cluster in" in err and "Traceback" not in err
+
+
+def test_the_node_os_picks_the_debian_release_and_its_slurm() -> None:
+    lay = plan_layout(EXAMPLES / "local.yaml")
+    assert (lay.suite, lay.spec["os"], lay.spec["slurm"]["version"]) == ("trixie", "debian-13", "24.11")
+    assert not any(o.startswith(("os ", "slurm.version")) for o in lay.overrides)
+    old = plan_layout(EXAMPLES / "local.yaml", os_name="debian-12")
+    assert (old.suite, old.spec["os"], old.spec["slurm"]["version"]) == ("bookworm", "debian-12", "22.05")
+    assert "os debian-13 -> debian-12 (--os)" in old.overrides
+    assert "slurm.version 24.11 -> 22.05 (what debian-12 ships)" in old.overrides
+
+
+def test_an_os_the_local_cluster_cannot_boot_is_refused_with_the_fix() -> None:
+    with pytest.raises(LocalError, match=r"--os 'ubuntu-22.04': a local cluster boots Debian nodes only.*--os debian-13"):
+        plan_layout(EXAMPLES / "local.yaml", os_name="ubuntu-22.04")
+    with pytest.raises(LocalError, match=r"--boot 'docker' is not a boot mode; give one of systemd, chroot"):
+        plan_layout(EXAMPLES / "local.yaml", boot="docker")
+
+
+def test_booted_nodes_take_the_systemd_path() -> None:
+    assert local_vars("10.86.1", "systemd")["clusterforge_service_manager"] == "systemd"
+    lay = plan_layout(EXAMPLES / "local.yaml", "10.86.3.0/24", boot="systemd")
+    assert lay.prefix == "cf86x3"  # one name per /24: 10.86.1 and 10.86.3 can run side by side
+    assert any("clusterforge_service_manager=systemd" in o for o in lay.overrides)
+
+
+def test_the_aws_flavour_keeps_chroot_instances() -> None:
+    """Its instances' user data runs from the hypervisor, as cloud-init would: no systemd there,
+    so they keep sshd as PID 1 and the clusterforge-svc supervisor."""
+    from clusterforge.local.aws.flavour import plan_aws_layout
+    from clusterforge.resolve import resolve_file
+
+    spec = EXAMPLES / "local-aws.yaml"
+    lay = plan_aws_layout(resolve_file(spec), spec, "10.79.0.0/24")
+    assert (lay.boot, lay.suite) == ("chroot", "bookworm")
+    assert local_vars(lay.net, lay.boot)["clusterforge_service_manager"] == "direct"
+    assert plan_layout(EXAMPLES / "local.yaml").boot == "systemd"  # on-prem nodes boot systemd by default

@@ -400,7 +400,9 @@ class Cluster(Model):
     """A whole cluster. ``clusterforge validate`` checks it; every other verb starts from it."""
 
     name: Name
-    os: OsName = Field("ubuntu-24.04", description="the hosts' OS; it must ship slurm.version unless slurm.package_repo is set")
+    os: OsName = Field(
+        "ubuntu-24.04", description="the hosts' OS; it must ship slurm.version unless slurm.package_repo is set"
+    )
     facts_dir: str | None = Field(
         None, description="folder of hardware facts discovered on the hosts (relative to the spec file)"
     )

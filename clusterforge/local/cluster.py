@@ -28,7 +28,16 @@ from typing import Any
 import yaml
 
 from clusterforge import proc
-from clusterforge.local.layout import DEFAULT_NET, LocalError, LocalLayout, LocalNode, local_vars, plan_layout
+from clusterforge.local.layout import (
+    DEFAULT_BOOT,
+    DEFAULT_NET,
+    LocalError,
+    LocalLayout,
+    LocalNode,
+    check_boot,
+    local_vars,
+    plan_layout,
+)
 
 HERE = Path(__file__).resolve().parent
 NODES_SH = HERE / "nodes.sh"
@@ -54,13 +63,15 @@ def _is_aws(spec_path: Path) -> bool:
     return is_aws_spec(resolve_file(spec_path))
 
 
-def missing_prerequisites() -> str | None:
-    """Why this machine cannot run a local cluster, or None."""
+def missing_prerequisites(boot: str = DEFAULT_BOOT) -> str | None:
+    """Why this machine cannot run a local cluster (with nodes booted ``boot``), or None."""
     if os.geteuid() != 0:
         return "needs root (network namespaces, mounts, chroot): run it with sudo"
     for tool in ("debootstrap", "dpkg-scanpackages", "apt-ftparchive", "gpg", "ip", "unshare", "nsenter", "ssh"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed: run `make setup` (scripts/setup-deps.sh) first"
+    if boot == "systemd" and shutil.which("systemd-nspawn") is None:
+        return "systemd-nspawn is not installed (booted nodes): apt-get install -y systemd-container, or --boot chroot"
     if shutil.which("ansible-playbook") is None:
         return "ansible-playbook is not installed: run `make setup` (scripts/setup-deps.sh) first"
     return None
@@ -101,6 +112,7 @@ class LocalCluster:
         return LocalLayout(
             cluster=d["cluster"], net=d["net"], nodes=[LocalNode(**n) for n in d["nodes"]],
             spec=d["spec"], overrides=d["overrides"], source=d["source"], flavour=d.get("flavour", "onprem"),
+            suite=d.get("suite", "bookworm"), boot=d.get("boot", "chroot"),
         )
 
     def save_layout(self, layout: LocalLayout) -> None:
@@ -120,9 +132,12 @@ class LocalCluster:
     def is_up(self) -> bool:
         return (self.state / "net.env").is_file()
 
-    def _nodes_sh(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def _nodes_sh(
+        self, *args: str, timeout: float = 120, check: bool = True, boot: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "NODES_BOOT": boot} if boot else None
         try:
-            p = proc.run([str(NODES_SH), args[0], str(self.state), *args[1:]], timeout=timeout)
+            p = proc.run([str(NODES_SH), args[0], str(self.state), *args[1:]], timeout=timeout, env=env)
         except proc.ProcTimeout:
             raise LocalError(
                 f"nodes.sh {args[0]} did not finish within {timeout:.0f} s; run `clusterforge local down"
@@ -138,6 +153,8 @@ class LocalCluster:
         spec_path: Path = DEFAULT_SPEC,
         *,
         net: str = DEFAULT_NET,
+        os_name: str | None = None,
+        boot: str | None = None,
         configure: bool = True,
         check: bool = False,
         diff: bool = False,
@@ -147,9 +164,12 @@ class LocalCluster:
         """Create the nodes (unless they are up already) and run ``playbooks/site.yml`` on them.
 
         A second ``up`` on a running cluster re-runs the playbook only (an idempotent re-run).
+        ``os_name`` (``--os``) replaces the spec's ``os`` (the nodes' Debian release and its Slurm);
+        ``boot`` is how nodes boot: ``systemd`` (systemd-nspawn, systemd as PID 1; the default) or
+        ``chroot`` (sshd as PID 1, clusterforge-svc); the AWS flavour's instances are chroot nodes.
         """
         say = progress or (lambda _m: None)
-        why = missing_prerequisites()
+        why = missing_prerequisites(boot or DEFAULT_BOOT)
         if why:
             raise LocalError(why)
         seconds: dict[str, float] = {}
@@ -162,15 +182,21 @@ class LocalCluster:
                 )
             say(f"local cluster {layout.cluster} is up: re-running the playbook")
         elif _is_aws(Path(spec_path)):
+            if os_name or boot == "systemd":
+                raise LocalError(
+                    "--os/--boot systemd apply to on-prem specs only: the AWS flavour boots its instances from the "
+                    "spec's own os as chroot nodes (the instances' user data runs as cloud-init would, without systemd)"
+                )
             return self._up_aws(Path(spec_path), net, configure=configure, check=check, diff=diff, say=say,
                                 ansible_progress=ansible_progress)
         else:
-            layout = plan_layout(Path(spec_path), net)
+            layout = plan_layout(Path(spec_path), net, os_name=os_name, boot=check_boot(boot or DEFAULT_BOOT))
             rootfs, repo = self._prepare(layout, say, seconds)
             t = time.monotonic()
-            say(f"nodes: starting {len(layout.nodes)} on {layout.net}.0/24 ({', '.join(layout.names)})")
+            how = "systemd as PID 1 (systemd-nspawn)" if layout.boot == "systemd" else "sshd as PID 1 (chroot)"
+            say(f"nodes: starting {len(layout.nodes)} on {layout.net}.0/24 ({', '.join(layout.names)}), {how}")
             specs = [f"{n.name}={n.address}" + (f":gpu{n.gpus}" if n.gpus else "") for n in layout.nodes]
-            self._nodes_sh("up", rootfs, repo, layout.net, layout.prefix, *specs, timeout=600)
+            self._nodes_sh("up", rootfs, repo, layout.net, layout.prefix, *specs, timeout=600, boot=layout.boot)
             self._attach_standins(layout, Path(spec_path), say)
             seconds["nodes"] = time.monotonic() - t
         result = None
@@ -228,12 +254,13 @@ class LocalCluster:
         self.state.mkdir(parents=True, exist_ok=True)
         os.chmod(self.state, 0o700)
         t = time.monotonic()
-        say("rootfs: Debian 12 minbase (cached after the first run)")
-        rootfs = self._script(ROOTFS_SH, timeout=900)
+        cache = os.environ.get("CLUSTERFORGE_CACHE", "/var/cache/clusterforge")
+        say(f"rootfs: Debian {layout.suite} minbase with systemd (cached after the first run)")
+        rootfs = self._script(ROOTFS_SH, cache, layout.suite, "node", timeout=900)
         seconds["rootfs"] = time.monotonic() - t
         t = time.monotonic()
-        say("apt repository: Debian packages + vendor stand-ins (cached after the first run)")
-        repo = self._script(REPO_SH, str(PACKAGES), timeout=900)
+        say(f"apt repository: Debian {layout.suite} packages + vendor stand-ins (cached after the first run)")
+        repo = self._script(REPO_SH, str(PACKAGES), cache, layout.suite, timeout=900)
         seconds["repo"] = time.monotonic() - t
         self._write_state(layout)
         return rootfs, repo
@@ -257,7 +284,7 @@ class LocalCluster:
         (inv / "group_vars").mkdir(parents=True, exist_ok=True)
         # an (empty) hosts file makes the folder an inventory source whose group_vars apply
         (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {}}, explicit_start=True))  # "---\nall: {}\n"
-        lv = local_vars(layout.net)
+        lv = local_vars(layout.net, layout.boot)
         lv["ansible_ssh_private_key_file"] = str(self.state / "id_ed25519")
         # SSH control masters in the state folder, so that `down` finds and stops them
         lv["ansible_control_path_dir"] = str(self.state / "cp")

@@ -7,8 +7,13 @@ machine, and says so (``LocalLayout.overrides``):
   gets the next free one there (the nodes sit on one bridge);
 * ``SlurmdParameters=config_overrides``: a local node has a few CPUs and GiB, not the catalog
   profile's 224 cores and 2 TiB; with it slurmd registers with the configured hardware;
-* Ansible variables for hosts without an init or a kernel of their own (``LOCAL_VARS``) and the
-  vendor repositories, which are stand-ins served on the bridge.
+* Ansible variables for hosts that share this machine's kernel and clock (``local_vars``) and
+  the vendor repositories, which are stand-ins served on the bridge;
+* with ``--os``, the node OS (and the Slurm release that OS ships) instead of the spec's.
+
+The node OS picks the Debian release the nodes boot (``OS_SUITES``); nodes boot systemd as PID 1
+(``systemd-nspawn``, ``boot="systemd"``, the default), or, with ``boot="chroot"``, run sshd as PID 1 and the
+daemons under the roles' ``clusterforge-svc`` supervisor (``clusterforge_service_manager=direct``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,12 @@ MAX_NODES = 24
 #: slurmd registers with the configured hardware, not the small node's (slurm.conf(5) SlurmdParameters)
 SLURMD_PARAMETERS = "config_overrides"
 REPO_PORT = 8081
+#: the node OSes a local cluster boots: spec ``os`` -> (Debian suite, the Slurm release it ships).
+#: Debian's own packages: bookworm slurm-wlm 22.05.8, trixie 24.11.5 (packages.debian.org/slurm-wlm)
+OS_SUITES: dict[str, tuple[str, str]] = {"debian-12": ("bookworm", "22.05"), "debian-13": ("trixie", "24.11")}
+#: how a node boots: systemd as PID 1 (systemd-nspawn -b), or sshd as PID 1 in a chroot
+BOOT_MODES = ("systemd", "chroot")
+DEFAULT_BOOT = "systemd"
 
 
 class LocalError(ClusterforgeError):
@@ -62,11 +73,15 @@ class LocalLayout:
     source: str = ""  # the spec file it came from
     #: "onprem": nodes from the spec's hosts; "aws": instances of an emulated AWS that name themselves
     flavour: str = "onprem"
+    suite: str = "bookworm"  # the Debian release the nodes boot (OS_SUITES)
+    boot: str = "chroot"  # BOOT_MODES (a layout recorded before nodes booted systemd: chroot)
 
     @property
     def prefix(self) -> str:
-        """Name prefix of the namespaces and links: one per local network, so two can coexist."""
-        return "cf" + self.net.split(".")[1]
+        """Name prefix of the namespaces and links: one per local network, so two can coexist
+        (10.81.0.0/24 -> cf81, 10.86.3.0/24 -> cf86x3; at most 15 characters with a link suffix)."""
+        _, second, third = self.net.split(".")
+        return f"cf{second}" + (f"x{third}" if third != "0" else "")
 
     @property
     def bridge(self) -> str:
@@ -86,11 +101,12 @@ class LocalLayout:
         return next((n for n in self.nodes if n.role == role), None)
 
 
-def local_vars(net: str) -> dict[str, Any]:
+def local_vars(net: str, boot: str = DEFAULT_BOOT) -> dict[str, Any]:
     """Ansible variables of local nodes, layered over the generated inventory.
 
     Production leaves every one at its default; each is here because a local node shares the
-    machine's kernel and clock and has no init, or because the vendor repository is a stand-in.
+    machine's kernel and clock (and, booted as a chroot, has no init), or because the vendor
+    repository is a stand-in.
     """
     repo = f"http://{net}.1:{REPO_PORT}"
     return {
@@ -99,8 +115,9 @@ def local_vars(net: str) -> dict[str, Any]:
         # six nodes' sshd on a 2-core machine can miss the 10 s banner timeout while dpkg runs
         "ansible_ssh_timeout": 60,
         "ansible_ssh_retries": 3,
-        # no init in a local node: daemons run under the roles' clusterforge-svc supervisor
-        "clusterforge_service_manager": "direct",
+        # a booted node runs the production path (systemd units, handlers, systemctl); a chroot
+        # node has no init: its daemons run under the roles' clusterforge-svc supervisor
+        "clusterforge_service_manager": "systemd" if boot == "systemd" else "direct",
         # the nodes share this machine's kernel and clock: write the files, do not apply them
         "common_sysctl_apply": False,
         "common_chrony_service_enabled": False,
@@ -128,7 +145,38 @@ def _network(net: str) -> ipaddress.IPv4Network:
     return nw
 
 
-def plan_layout(spec_path: Path, net: str = DEFAULT_NET) -> LocalLayout:
+def check_boot(boot: str) -> str:
+    if boot not in BOOT_MODES:
+        raise LocalError(f"--boot {boot!r} is not a boot mode; give one of {', '.join(BOOT_MODES)}")
+    return boot
+
+
+def node_os(spec_os: str, want: str | None, data: dict[str, Any], overrides: list[str]) -> str:
+    """The Debian suite the nodes boot: the spec's ``os``, or ``want`` (``--os``), which then also
+    sets the effective spec's ``os`` and ``slurm.version`` (the release that OS ships)."""
+    os_name = want or spec_os
+    if os_name not in OS_SUITES:
+        where = f"--os {os_name!r}" if want else f"os: {os_name!r} (spec field `os`)"
+        raise LocalError(
+            f"{where}: a local cluster boots Debian nodes only ({', '.join(OS_SUITES)}); Ubuntu's archive is not "
+            "reachable from here. Give --os debian-13 (Slurm 24.11) or --os debian-12 (Slurm 22.05)"
+        )
+    suite, slurm = OS_SUITES[os_name]
+    if want and want != spec_os:
+        data["os"] = want
+        overrides.append(f"os {spec_os} -> {want} (--os)")
+    if want:
+        sl = data.setdefault("slurm", {}) or {}
+        data["slurm"] = sl
+        if sl.get("version") != slurm:
+            overrides.append(f"slurm.version {sl.get('version', '(default)')} -> {slurm} (what {os_name} ships)")
+            sl["version"] = slurm
+    return suite
+
+
+def plan_layout(
+    spec_path: Path, net: str = DEFAULT_NET, *, os_name: str | None = None, boot: str = DEFAULT_BOOT
+) -> LocalLayout:
     """The local cluster a spec becomes; raises ``LocalError`` naming the field when it cannot."""
     spec_path = Path(spec_path)
     rc = resolve_file(spec_path)  # the spec's own errors come first, with their own messages
@@ -139,6 +187,7 @@ def plan_layout(spec_path: Path, net: str = DEFAULT_NET) -> LocalLayout:
     base = str(nw.network_address).rsplit(".", 1)[0]
     reserved = {str(nw.network_address), f"{base}.1", str(nw.broadcast_address)}
     overrides: list[str] = []
+    check_boot(boot)
 
     wanted: list[tuple[int, str, str, str | None]] = []  # (group index, host, role, spec address)
     for gi, g in enumerate(cluster.node_groups):
@@ -194,10 +243,18 @@ def plan_layout(spec_path: Path, net: str = DEFAULT_NET) -> LocalLayout:
         )
     if cluster.facts_dir:  # the effective spec lives in the state folder: keep facts reachable
         data["facts_dir"] = str((spec_path.parent / cluster.facts_dir).resolve())
-    overrides.append(
-        "Ansible: clusterforge_service_manager=direct, sysctl/chrony written not applied, vendor repositories "
-        f"= stand-ins on http://{base}.1:{REPO_PORT}"
-    )
+    # after the structural refusals above, which name the group that cannot run locally
+    suite = node_os(cluster.os, os_name, data, overrides)
+    overrides.append(ansible_override(base, boot))
     return LocalLayout(
-        cluster=cluster.name, net=base, nodes=nodes, spec=data, overrides=overrides, source=str(spec_path.resolve())
+        cluster=cluster.name, net=base, nodes=nodes, spec=data, overrides=overrides, source=str(spec_path.resolve()),
+        suite=suite, boot=boot,
+    )
+
+
+def ansible_override(base: str, boot: str) -> str:
+    mgr = "systemd (nodes boot systemd as PID 1)" if boot == "systemd" else "direct (clusterforge-svc)"
+    return (
+        f"Ansible: clusterforge_service_manager={mgr}, sysctl/chrony written not applied, vendor repositories "
+        f"= stand-ins on http://{base}.1:{REPO_PORT}"
     )

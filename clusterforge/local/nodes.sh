@@ -1,9 +1,17 @@
 #!/bin/bash
 # The local cluster's nodes: each one a host of its own on this machine. A node is an overlay
-# copy of a cached Debian 12 minbase rootfs, booted in its own network, PID, mount and UTS
-# namespaces with sshd as PID 1 (daemons run under the roles' clusterforge-svc supervisor),
-# on one bridge that lives in a namespace of its own, beside a local apt repository served on
-# the bridge. No systemd, no Docker; needs root, iproute2, util-linux.
+# copy of a cached Debian minbase rootfs (rootfs.sh: bookworm or trixie, with systemd), in its
+# own network namespace on one bridge that lives in a namespace of its own, beside a local apt
+# repository served on the bridge. NODES_BOOT (at `up`/`bridge`; recorded for `boot`) says how
+# a node boots:
+#   systemd  systemd-nspawn -b: systemd is PID 1 and runs the roles' units (the production path;
+#            needs systemd-nspawn from systemd-container, no systemd on this host: --keep-unit
+#            --register=no)
+#   chroot   (this script's default: the AWS flavour's instances, whose user data the hypervisor
+#            runs) own PID, mount and UTS namespaces with sshd as PID 1; daemons run under the
+#            roles' clusterforge-svc supervisor. `clusterforge local up` boots on-prem nodes with
+#            systemd unless told --boot chroot
+# No Docker; needs root, iproute2, util-linux.
 #
 #   nodes.sh up   STATE ROOTFS REPO NET PREFIX NAME=ADDR[:gpuN] ...   # NET like 10.79.0
 #   nodes.sh bridge STATE ROOTFS REPO NET PREFIX   # the bridge and the repository only (no nodes)
@@ -19,7 +27,8 @@
 #
 # NET.1 is the bridge, the repository (port 8081) and the Ansible side. A node NAME=ADDR:gpu8
 # gets eight fake /dev/nvidiaN character devices (major 195) plus /dev/nvidiactl in its private
-# /dev. Everything started is recorded in STATE (pids, netns, hostnames) and `down` removes
+# /dev (a booted node: in nspawn's /dev, made after boot). Everything started is recorded in
+# STATE (pids, netns, hostnames) and `down` removes
 # exactly that: it kills the recorded PIDs (each node's PID namespace dies with its PID 1, its
 # mounts with it), deletes the recorded namespaces, rmdirs the cgroup folders the nodes' slurmds
 # made and deletes the overlay layers. It never touches anything it did not record.
@@ -40,11 +49,15 @@ down() {
     # newest first; each node's PID is the `unshare` whose child is the node's PID 1
     mapfile -t pids < <(tac "$STATE/pids")
     for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for _ in $(seq 100); do  # all of them at once, 10 s at most, then SIGKILL
+    # all of them at once, 30 s at most (a booted node powers off: its systemd stops every
+    # unit, ~1.5 s each on an idle machine, more on a busy one), then SIGKILL
+    for _ in $(seq 300); do
       alive=0; for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
       [ $alive = 0 ] && break; sleep 0.1
     done
     for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    # a booted node's systemd outlives a SIGKILLed nspawn: kill it, and its PID namespace with it
+    for f in "$STATE"/nodes/*/pid1; do [ ! -f "$f" ] || kill_pid1 "$(cat "$f")"; done
     rm -f "$STATE/pids"
   fi
   if [ -f "$STATE/netns" ]; then
@@ -64,10 +77,20 @@ down() {
   rm -rf "$STATE/nodes" "$STATE/net.env" "$STATE/inventory.txt"
 }
 
-node_pid1() { # pid of node NAME's PID 1 (sshd), via its recorded unshare pid
-  local f="$STATE/nodes/$1/pid" u
+kill_pid1() { # PID: a booted node's systemd, if that PID still is one (never a reused PID)
+  [ "$(cat "/proc/$1/comm" 2>/dev/null)" = systemd ] && kill -KILL "$1" 2>/dev/null || true
+}
+
+node_pid1() { # pid of node NAME's PID 1 (systemd, or sshd in a chroot node), via its recorded pids
+  local f="$STATE/nodes/$1/pid" u p
   [ -f "$f" ] || { echo "no node $1 in $STATE" >&2; return 3; }
-  u=$(cat "$f"); pgrep -P "$u" | head -1
+  u=$(cat "$f")
+  if [ -f "$STATE/nodes/$1/pid1" ]; then  # systemd-nspawn: the container's systemd, its child
+    p=$(cat "$STATE/nodes/$1/pid1")
+    [ "$(ps -o ppid= -p "$p" 2>/dev/null | tr -d ' ')" = "$u" ] && echo "$p"
+    return 0
+  fi
+  pgrep -P "$u" | head -1
 }
 
 case "$cmd" in
@@ -76,6 +99,8 @@ exec)
   name=${3:?NAME}; shift 3
   p=$(node_pid1 "$name") || exit 3
   [ -n "$p" ] || { echo "node $name is not running" >&2; exit 3; }
+  # a booted node's processes also share its IPC namespace (nspawn makes one)
+  [ -f "$STATE/nodes/$name/pid1" ] && exec nsenter -t "$p" -n -p -m -u -i -r -w "$@"
   exec nsenter -t "$p" -n -p -m -u -r -w "$@"
   ;;
 alive) p=$(node_pid1 "${3:?NAME}" 2>/dev/null) && [ -n "$p" ]; exit $? ;;
@@ -86,8 +111,9 @@ kill)
   [ -d "$d" ] || { echo "no node $name in $STATE" >&2; exit 3; }
   for f in "$d"/pid "$d"/pid.*; do
     [ -f "$f" ] || continue; pid=$(cat "$f"); kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null || true
+    [ "$f" != "$d/pid" ] || [ ! -f "$d/pid1" ] || kill_pid1 "$(cat "$d/pid1")"
     # forget it, so that `down` never signals a PID the kernel has handed to someone else since
     grep -v -x "$pid" "$STATE/pids" >"$STATE/pids.new" || true; mv "$STATE/pids.new" "$STATE/pids"
   done
@@ -110,6 +136,49 @@ spawn)
 up|bridge|boot) ;;
 *) echo "unknown command $cmd" >&2; exit 2 ;;
 esac
+
+boot_systemd() { # NAME NETNS DIR GPUS: systemd as PID 1 in systemd-nspawn, on the node's netns
+  local name=$1 ns=$2 d=$3 gpus=$4 r=$3/root nspawn p1="" c
+  # the overlay is mounted in a mount namespace of its own that nspawn then runs in (the mount
+  # dies with it); the host keys are made before boot: ssh.service's `sshd -t` needs them.
+  # --keep-unit --register=no: this host runs no systemd (no bus, no machined). The arguments
+  # after the directory go to the container's systemd: on this cgroup v1 host, systemd 256+ (trixie)
+  # boots only with SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1 on its "kernel" command line, which in
+  # a container is PID 1's own argv (older systemd ignores it)
+  setsid unshare --mount --propagation private bash -c '
+    set -e; lower=$1; d=$2; r=$d/root; shift 2
+    mount -t overlay overlay -o "lowerdir=$lower,upperdir=$d/upper,workdir=$d/work" "$r"
+    ssh-keygen -A -f "$r" >/dev/null
+    exec systemd-nspawn "$@"
+  ' _ "$ROOTFS" "$d" -b -D "$r" --keep-unit --register=no --network-namespace-path="/run/netns/$ns" \
+    -M "$name" --hostname="$name" --console=read-only --quiet \
+    systemd.unified_cgroup_hierarchy=0 SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1 \
+    </dev/null >"$d/boot.log" 2>&1 &
+  nspawn=$!
+  echo "$nspawn" >"$d/pid"; echo "$nspawn" >>"$STATE/pids"
+  for _ in $(seq 300); do  # the container's systemd: nspawn's child (30 s at most)
+    p1=$(pgrep -P "$nspawn" | head -1 || true)
+    [ -n "$p1" ] && [ "$(cat "/proc/$p1/comm" 2>/dev/null)" = systemd ] && break
+    kill -0 "$nspawn" 2>/dev/null || break; p1=""; sleep 0.1
+  done
+  [ -n "$p1" ] || { log "systemd-nspawn for $name did not start systemd"; cat "$d/boot.log" >&2; return 1; }
+  echo "$p1" >"$d/pid1"
+  # fake GPUs: character devices (major 195) made in the container's own /dev (nspawn's tmpfs),
+  # so that they are plain device files the node can move (the health-check fault test does)
+  # (mknod, then chmod: bookworm's `mknod -m` sets the mode through /proc/self, which is not
+  # this process's in the container's mount namespace)
+  if [ "$gpus" != 0 ]; then
+    nsenter -t "$p1" -m sh -c 'g=0; while [ "$g" -lt "$1" ]; do mknod "/dev/nvidia$g" c 195 "$g"; g=$((g + 1)); done
+      mknod /dev/nvidiactl c 195 255; chmod 666 /dev/nvidia*' _ "$gpus"
+  fi
+  # nspawn mounts the cgroup v1 controllers read-only; slurmd's cgroup plugins (proctrack,
+  # task, devices confinement) write there, so they are remounted rw from outside
+  for c in /sys/fs/cgroup/*; do
+    c=${c##*/}; [ "$c" = systemd ] || [ "$c" = unified ] && continue
+    nsenter -t "$p1" -m sh -c "mountpoint -q /sys/fs/cgroup/$c && mount -o remount,bind,rw /sys/fs/cgroup/$c" \
+      2>/dev/null || true
+  done
+}
 
 boot_node() { # NAME=ADDR[:gpuN]: one node on the bridge (its namespaces, disk, sshd as PID 1)
   local spec=$1 name rest addr gpus i ns d u
@@ -154,35 +223,39 @@ boot_node() { # NAME=ADDR[:gpuN]: one node on the bridge (its namespaces, disk, 
   ip -n "$ns" addr add "$addr/24" dev eth0
   ip -n "$ns" link set eth0 up
   ip -n "$ns" route add default via "$NET.1"
-  # boot: new PID/mount/UTS namespaces; sshd is PID 1 (it reaps orphans); --kill-child takes the
-  # whole PID namespace down when the recorded unshare process is killed
-  nsenter --net="/run/netns/$ns" unshare --pid --fork --kill-child --mount --uts --propagation private \
-    bash -c '
-      set -e; lower=$1; d=$2; gpus=$3; hostname "$4"; r=$d/root
-      mount -t overlay overlay -o "lowerdir=$lower,upperdir=$d/upper,workdir=$d/work" "$r"
-      mount -t proc proc "$r/proc"
-      mount --rbind /sys "$r/sys"; mount --make-rslave "$r/sys"
-      mount -t tmpfs -o mode=755 tmpfs "$r/dev"
-      for dv in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9 tty:5:0; do
-        IFS=: read -r n ma mi <<<"$dv"; mknod -m 666 "$r/dev/$n" c "$ma" "$mi"; done
-      mkdir "$r/dev/pts" "$r/dev/shm"; mount -t tmpfs -o mode=1777 tmpfs "$r/dev/shm"
-      mount -t devpts -o newinstance,ptmxmode=0666 devpts "$r/dev/pts"; ln -s pts/ptmx "$r/dev/ptmx"
-      ln -s /proc/self/fd "$r/dev/fd"
-      for g in $(seq 0 $((gpus - 1))); do mknod -m 666 "$r/dev/nvidia$g" c 195 "$g"; done
-      [ "$gpus" = 0 ] || mknod -m 666 "$r/dev/nvidiactl" c 195 255
-      mount -t tmpfs -o mode=755 tmpfs "$r/run"; mkdir -p "$r/run/sshd"
-      mount -t tmpfs -o mode=1777 tmpfs "$r/tmp"
-      chroot "$r" ssh-keygen -A >/dev/null
-      exec chroot "$r" /usr/sbin/sshd -D -e -o UseDNS=no
-    ' _ "$ROOTFS" "$d" "$gpus" "$name" >"$d/sshd.log" 2>&1 &
-  echo $! >"$d/pid"; echo $! >>"$STATE/pids"
+  if [ "${BOOT:-chroot}" = systemd ]; then
+    boot_systemd "$name" "$ns" "$d" "$gpus"
+  else
+    # boot: new PID/mount/UTS namespaces; sshd is PID 1 (it reaps orphans); --kill-child takes the
+    # whole PID namespace down when the recorded unshare process is killed
+    nsenter --net="/run/netns/$ns" unshare --pid --fork --kill-child --mount --uts --propagation private \
+      bash -c '
+        set -e; lower=$1; d=$2; gpus=$3; hostname "$4"; r=$d/root
+        mount -t overlay overlay -o "lowerdir=$lower,upperdir=$d/upper,workdir=$d/work" "$r"
+        mount -t proc proc "$r/proc"
+        mount --rbind /sys "$r/sys"; mount --make-rslave "$r/sys"
+        mount -t tmpfs -o mode=755 tmpfs "$r/dev"
+        for dv in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9 tty:5:0; do
+          IFS=: read -r n ma mi <<<"$dv"; mknod -m 666 "$r/dev/$n" c "$ma" "$mi"; done
+        mkdir "$r/dev/pts" "$r/dev/shm"; mount -t tmpfs -o mode=1777 tmpfs "$r/dev/shm"
+        mount -t devpts -o newinstance,ptmxmode=0666 devpts "$r/dev/pts"; ln -s pts/ptmx "$r/dev/ptmx"
+        ln -s /proc/self/fd "$r/dev/fd"
+        for g in $(seq 0 $((gpus - 1))); do mknod -m 666 "$r/dev/nvidia$g" c 195 "$g"; done
+        [ "$gpus" = 0 ] || mknod -m 666 "$r/dev/nvidiactl" c 195 255
+        mount -t tmpfs -o mode=755 tmpfs "$r/run"; mkdir -p "$r/run/sshd"
+        mount -t tmpfs -o mode=1777 tmpfs "$r/tmp"
+        chroot "$r" ssh-keygen -A >/dev/null
+        exec chroot "$r" /usr/sbin/sshd -D -e -o UseDNS=no
+      ' _ "$ROOTFS" "$d" "$gpus" "$name" >"$d/sshd.log" 2>&1 &
+    echo $! >"$d/pid"; echo $! >>"$STATE/pids"
+  fi
   echo "$name $addr $gpus" >>"$STATE/inventory.txt"
   wait_sshd "$name" "$addr"
 }
 
 wait_sshd() { # NAME ADDR: bounded wait for the node's sshd
   local ok=0
-  for _ in $(seq 300); do
+  for _ in $(seq 600); do
     if ip netns exec "$BRNS" timeout 2 bash -c "exec 3<>/dev/tcp/$2/22" 2>/dev/null; then ok=1; break; fi
     sleep 0.1
   done
@@ -205,7 +278,11 @@ if ip netns list | grep -q -E "^$PREFIX-"; then
   echo "network namespaces $PREFIX-* exist already (another local cluster on $NET.0/24?)" >&2; exit 2
 fi
 mkdir -p "$STATE/nodes"; chmod 755 "$STATE"
-printf 'NET=%s\nPREFIX=%s\n' "$NET" "$PREFIX" >"$STATE/net.env"; echo "$ROOTFS" >"$STATE/rootfs"
+BOOT=${NODES_BOOT:-chroot}
+case "$BOOT" in systemd) command -v systemd-nspawn >/dev/null \
+  || { echo "systemd-nspawn is missing: apt-get install -y systemd-container" >&2; exit 2; } ;;
+chroot) ;; *) echo "NODES_BOOT=$BOOT: give systemd or chroot" >&2; exit 2 ;; esac
+printf 'NET=%s\nPREFIX=%s\nBOOT=%s\n' "$NET" "$PREFIX" "$BOOT" >"$STATE/net.env"; echo "$ROOTFS" >"$STATE/rootfs"
 : >"$STATE/pids"; : >"$STATE/netns"; : >"$STATE/hostnames"; : >"$STATE/inventory.txt"
 trap 'rc=$?; [ $rc = 0 ] || { log "up failed (rc=$rc), tearing down"; down; }' EXIT
 

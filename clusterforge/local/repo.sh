@@ -1,18 +1,22 @@
 #!/bin/bash
-# Build (once per package list) the local apt repository the local nodes install from.
-#   clusterforge/local/repo.sh PACKAGE_LIST_FILE [CACHE_DIR]   -> prints the repository root
+# Build (once per package list and Debian release) the local apt repository the local nodes
+# install from.
+#   clusterforge/local/repo.sh PACKAGE_LIST_FILE [CACHE_DIR] [SUITE]   -> prints the repository root
+#   SUITE: bookworm (default) | trixie: the release of the nodes (rootfs.sh), whose packages the
+#          repository holds (trixie: Slurm 24.11)
 # The root holds debian/ (a flat repository: the dependency closure of the listed packages for a
 # fresh minbase node, downloaded from this machine's own mirror) and the vendor stand-in
 # repositories that standin.sh builds (nvidia/, grafana/). Cached by the list's checksum, so a
 # second call returns at once; the nodes never reach the internet.
 set -euo pipefail
-LIST=${1:?package list file}; CACHE=${2:-${CLUSTERFORGE_CACHE:-/var/cache/clusterforge}}
+LIST=${1:?package list file}; CACHE=${2:-${CLUSTERFORGE_CACHE:-/var/cache/clusterforge}}; SUITE=${3:-bookworm}
 HERE=$(cd "$(dirname "$0")" && pwd)
-key=$(grep -v -E '^\s*(#|$)' "$LIST" | sort -u | sha256sum | cut -c1-12)
-REPO="$CACHE/apt-repo-$key"
+# the node rootfs the closure is computed from (its folder name says its release and include list)
+ROOTFS=$("$HERE/rootfs.sh" "$CACHE" "$SUITE" node)
+key=$( (basename "$ROOTFS"; grep -v -E '^\s*(#|$)' "$LIST" | sort -u) | sha256sum | cut -c1-12)
+REPO="$CACHE/apt-repo-$SUITE-$key"
 if [ ! -f "$REPO/debian/.complete" ]; then
   command -v dpkg-scanpackages >/dev/null || { echo "dpkg-scanpackages missing: apt-get install -y dpkg-dev" >&2; exit 2; }
-  ROOTFS=$("$HERE/rootfs.sh" "$CACHE")
   TMP=$(mktemp -d "$CACHE/.repo.XXXXXX"); trap 'rm -rf "$TMP"' EXIT
   cp -a "$ROOTFS" "$TMP/dl"
   cp /etc/resolv.conf "$TMP/dl/etc/resolv.conf"

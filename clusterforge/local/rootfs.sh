@@ -3,11 +3,12 @@
 #   clusterforge/local/rootfs.sh [CACHE_DIR] [SUITE] [KIND]   -> prints the rootfs folder
 #   SUITE: bookworm (Debian 12, Slurm 22.05; default) | trixie (Debian 13, Slurm 24.11)
 #          | sid (Slurm 26.05 today)
-#   KIND:  node  (default) what a bare cloud/on-prem image has: python3 for Ansible, sshd,
-#                iproute2; every local node is an overlay of it, and the roles bring the rest
+#   KIND:  node  (default) what a bare cloud/on-prem image has: systemd as init, python3 for
+#                Ansible, sshd, iproute2; every local node is an overlay of it, booted by
+#                systemd-nspawn, and the roles bring the rest
 #          slurm the Slurm daemons and clients of that release plus munge: `clusterforge check`
 #                runs them (chrooted) to load a render made for that release family
-# Each folder ($CACHE/rootfs-SUITE[-KIND]) is built once: a second call returns at once.
+# Each folder ($CACHE/rootfs-SUITE-node-HASH, $CACHE/rootfs-SUITE-slurm) is built once: a second call returns at once.
 # Building takes ~50 s and ~290 MB per folder on this kind of machine (benchmarks/rootfs.py).
 set -euo pipefail
 CACHE=${1:-${CLUSTERFORGE_CACHE:-/var/cache/clusterforge}}
@@ -19,8 +20,12 @@ bookworm | trixie | sid) ;;
 esac
 case "$KIND" in
 node)
-  ROOT="$CACHE/rootfs-$SUITE"  # the name the node rootfs always had, so existing caches stay valid
-  INCLUDE=python3,openssh-server,iproute2,ca-certificates ;;
+  # systemd, systemd-sysv, dbus: a node boots systemd as PID 1 (systemd-nspawn -b), so that the
+  # roles' units, handlers and systemctl run as in production. The folder is keyed by the
+  # include list: a cache built from another list (e.g. the earlier one without systemd) is
+  # never mistaken for this one.
+  INCLUDE=python3,openssh-server,iproute2,ca-certificates,systemd,systemd-sysv,dbus
+  ROOT="$CACHE/rootfs-$SUITE-node-$(echo "$INCLUDE" | sha256sum | cut -c1-8)" ;;
 slurm)
   ROOT="$CACHE/rootfs-$SUITE-slurm"
   # exactly what the check runs: slurmctld, slurmd (-G), scontrol, munged/munge

@@ -95,12 +95,19 @@ class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a): pass
 http.server.ThreadingHTTPServer(("", 3000), H).serve_forever()'
 
+# systemd units with the vendors' unit names (the roles start them when the node runs systemd)
+unit() { # DESCRIPTION EXECSTART
+  printf '[Unit]\nDescription=%s (stand-in)\n\n[Service]\nExecStart=%s\n\n[Install]\nWantedBy=multi-user.target' "$1" "$2"
+}
+U=/lib/systemd/system
 N="$WORK/nvidia"
 for v in 570.124.06-0ubuntu1 570.133.20-0ubuntu1; do
   pkg nvidia-driver-570-server-open "$v" "" "NVIDIA datacenter driver, open kernel modules" "$N" \
-    /usr/bin/nvidia-smi 0755 "$NVSMI" /usr/bin/nvidia-persistenced 0755 "$SLEEPER"
+    /usr/bin/nvidia-smi 0755 "$NVSMI" /usr/bin/nvidia-persistenced 0755 "$SLEEPER" \
+    "$U/nvidia-persistenced.service" 0644 "$(unit "NVIDIA Persistence Daemon" /usr/bin/nvidia-persistenced)"
   pkg nvidia-fabricmanager-570 "${v%%-*}-1" "nvidia-driver-570-server-open (= $v)" "NVSwitch fabric manager" "$N" \
-    /usr/bin/nv-fabricmanager 0755 "$SLEEPER" /usr/share/nvidia/nvswitch/fabricmanager.cfg 0644 "LOG_LEVEL=4"
+    /usr/bin/nv-fabricmanager 0755 "$SLEEPER" /usr/share/nvidia/nvswitch/fabricmanager.cfg 0644 "LOG_LEVEL=4" \
+    "$U/nvidia-fabricmanager.service" 0644 "$(unit "NVIDIA fabric manager service" /usr/bin/nv-fabricmanager)"
   pkg libnvidia-nscq-570 "${v%%-*}-1" "" "NVSwitch configuration and query library" "$N"
 done
 # a newer branch in the same repository: the pin keeps hosts on 570
@@ -112,10 +119,12 @@ for nv in 2.26.2 2.27.3; do
   pkg libnccl-dev "$nv-1+cuda12.8" "libnccl2 (= $nv-1+cuda12.8)" "NCCL $nv headers" "$N"
 done
 pkg datacenter-gpu-manager-4-core 1:4.1.1-1 "" "DCGM core" "$N" /usr/bin/nv-hostengine 0755 "$SLEEPER" \
+  "$U/nvidia-dcgm.service" 0644 "$(unit "NVIDIA DCGM service" "/usr/bin/nv-hostengine -n")" \
   /usr/bin/dcgmi 0755 '#!/bin/sh
 echo "dcgmi stand-in: $*"'
 pkg datacenter-gpu-manager-4-cuda12 1:4.1.1-1 "datacenter-gpu-manager-4-core (= 1:4.1.1-1)" "DCGM for CUDA 12" "$N"
 pkg datacenter-gpu-manager-exporter 4.1.1-4.0.4-1 "python3" "DCGM exporter" "$N" /usr/bin/dcgm-exporter 0755 "$EXPORTER" \
+  "$U/nvidia-dcgm-exporter.service" 0644 "$(unit "NVIDIA DCGM exporter" /usr/bin/dcgm-exporter)" \
   /etc/dcgm-exporter/default-counters.csv 0644 "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).
 DCGM_FI_DEV_XID_ERRORS, gauge, Value of the last XID error encountered."
 (cd "$N" && apt-ftparchive packages . > Packages && gzip -9kf Packages \
@@ -124,7 +133,8 @@ DCGM_FI_DEV_XID_ERRORS, gauge, Value of the last XID error encountered."
 gpg --batch --armor --export "$KEYID" > "$N/standin-key.asc"
 
 G="$WORK/grafana"; GP="$G/pool/main"
-pkg grafana 11.5.2 "python3" "Grafana" "$GP" /usr/sbin/grafana-server 0755 "$GRAFANA"
+pkg grafana 11.5.2 "python3" "Grafana" "$GP" /usr/sbin/grafana-server 0755 "$GRAFANA" \
+  "$U/grafana-server.service" 0644 "$(unit "Grafana instance" /usr/sbin/grafana-server)"
 mkdir -p "$G/dists/stable/main/binary-amd64"
 (cd "$G" && apt-ftparchive packages pool > dists/stable/main/binary-amd64/Packages \
   && gzip -9kf dists/stable/main/binary-amd64/Packages \

@@ -112,6 +112,9 @@ def plan_aws_layout(rc: ResolvedCluster, spec_path: Path, net: str) -> LocalLayo
     return LocalLayout(
         cluster=cluster.name, net=base, nodes=[], spec=data, overrides=overrides,
         source=str(Path(spec_path).resolve()), flavour="aws",
+        # the instances are chroot nodes: the hypervisor runs their user data as cloud-init would,
+        # and their daemons under clusterforge-svc (the one case that keeps the supervisor)
+        boot="chroot",
     )
 
 
