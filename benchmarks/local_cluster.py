@@ -1,6 +1,7 @@
 """Time to a usable local cluster, and of an idempotent re-run (root; minutes).
 
     python3 benchmarks/local_cluster.py [--cold] [--spec examples/local.yaml] [--net 10.82.0.0/24]
+                                        [--os debian-12|debian-13] [--boot systemd|chroot]
 
 Brings ``examples/local.yaml`` up with ``clusterforge local`` in a private state folder, and
 prints per phase wall-clock seconds:
@@ -42,9 +43,11 @@ def usable(lc: LocalCluster, timeout: float = 120) -> float:
     raise RuntimeError(f"srun -N4 did not succeed within {timeout:.0f} s")
 
 
-def one_up(lc: LocalCluster, spec: Path, net: str, label: str) -> dict[str, float]:
+def one_up(
+    lc: LocalCluster, spec: Path, net: str, label: str, os_name: str | None = None, boot: str | None = None
+) -> dict[str, float]:
     t = time.monotonic()
-    res = lc.up(spec, net=net)
+    res = lc.up(spec, net=net, os_name=os_name, boot=boot)
     if res.configure is None or not res.configure.ok:
         fails = res.configure.failures if res.configure else []
         raise RuntimeError(f"{label}: the playbook failed: {fails[:3]}")
@@ -61,23 +64,27 @@ def main() -> int:
     ap.add_argument("--cold", action="store_true", help="delete the cached rootfs and apt repository first")
     ap.add_argument("--spec", type=Path, default=DEFAULT_SPEC)
     ap.add_argument("--net", default="10.82.0.0/24")
+    ap.add_argument("--os", dest="os_name", default=None, help="node OS instead of the spec's (debian-12, debian-13)")
+    ap.add_argument("--boot", default=None, help="systemd (the default) or chroot (the earlier nodes)")
     args = ap.parse_args()
     why = missing_prerequisites()
     if why:
         print(f"local_cluster benchmark: {why}", file=sys.stderr)
         return 2
     if args.cold:
-        for p in [CACHE / "rootfs-bookworm", *CACHE.glob("apt-repo-*")]:
+        # the node root filesystems (rootfs-SUITE-node-HASH) and the apt repositories; the check's
+        # rootfs-SUITE-slurm folders are not the local cluster's and stay
+        for p in [*CACHE.glob("rootfs-*-node-*"), *CACHE.glob("apt-repo-*")]:
             shutil.rmtree(p, ignore_errors=True)
     lc = LocalCluster(Path(tempfile.mkdtemp(prefix="cf-bench-")) / "state")
     print(f"spec {args.spec}, network {args.net}, {'cold (no cache)' if args.cold else 'rootfs cached'}", flush=True)
     try:
-        one_up(lc, args.spec, args.net, "first up" + (" (cold: builds caches)" if args.cold else ""))
+        one_up(lc, args.spec, args.net, "first up" + (" (cold: builds caches)" if args.cold else ""), args.os_name, args.boot)
         t = time.monotonic()
         lc.down()
         print(f"{'down':<34} {time.monotonic() - t:7.1f} s", flush=True)
-        one_up(lc, args.spec, args.net, "up again (rootfs + repo cached)")
-        rerun = one_up(lc, args.spec, args.net, "idempotent re-run (cluster up)")
+        one_up(lc, args.spec, args.net, "up again (rootfs + repo cached)", args.os_name, args.boot)
+        rerun = one_up(lc, args.spec, args.net, "idempotent re-run (cluster up)", args.os_name, args.boot)
         if rerun["changed"] != 0:
             print("the re-run changed something: not idempotent", file=sys.stderr)
             return 1

@@ -113,7 +113,8 @@ pkg aws-ofi-nccl 1.14.0-1 "" "NCCL net plugin over libfabric (aws-ofi-nccl)" "$E
   /opt/amazon/ofi-nccl/lib/libnccl-net.so 0644 "stand-in"
 pkg efa 2.15.0-1 "" "EFA kernel module (DKMS)" "$EB/efa-driver" /usr/src/efa-2.15.0/dkms.conf 0644 'PACKAGE_NAME="efa"'
 for n in rdma-core ibverbs-providers libibverbs1 ibverbs-utils librdmacm1 infiniband-diags libibumad3 libibmad5 libibnetdisc5; do
-  f=$(ls "$ROOT/debian/${n}_"*_amd64.deb 2>/dev/null | head -1)
+  # Debian 13's 64-bit time_t transition renamed some libraries (librdmacm1t64, libibnetdisc5t64)
+  f=$(ls "$ROOT/debian/${n}_"*_amd64.deb "$ROOT/debian/${n}t64_"*_amd64.deb 2>/dev/null | head -1 || true)
   [ -n "$f" ] || { echo "standin-efa: $n is not in $ROOT/debian (add it to packages.txt)" >&2; exit 1; }
   cp "$f" "$EB/rdma-core/"
 done
