@@ -105,7 +105,8 @@ def test_fixed_examples_install_as_is(example: str) -> None:
 def test_each_example_pair() -> None:
     """The pairs the README's table states, written here by hand."""
     got = {}
-    for name in ("onprem-dgx.yaml", "amd-mi300x.yaml", "hybrid.yaml", "p5-training.yaml", "local.yaml"):
+    for name in ("onprem-dgx.yaml", "amd-mi300x.yaml", "hybrid.yaml", "p5-training.yaml", "local.yaml",
+                 "local-aws.yaml", "local-roles.yaml"):
         d = raw(name)
         got[name] = (d["os"], d["slurm"]["version"], "package_repo" in d["slurm"])
     assert got == {
@@ -113,7 +114,9 @@ def test_each_example_pair() -> None:
         "amd-mi300x.yaml": ("ubuntu-24.04", "23.11", False),
         "hybrid.yaml": ("ubuntu-24.04", "23.11", False),
         "p5-training.yaml": ("ubuntu-22.04", "25.05", True),
-        "local.yaml": ("debian-12", "22.05", False),
+        "local.yaml": ("debian-13", "24.11", False),
+        "local-aws.yaml": ("debian-12", "22.05", False),
+        "local-roles.yaml": ("debian-12", "22.05", False),
     }
 
 

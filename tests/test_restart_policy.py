@@ -61,6 +61,9 @@ PLUGIN_MOD = _plugin()
 
 def _base_spec(version: str | None = None) -> dict[str, Any]:
     d = yaml.safe_load((EXAMPLES / "local.yaml").read_text())
+    # the cases without a version are 22.05's (the local example's release until it moved to
+    # Debian 13 / 24.11); the per-release cases name theirs
+    d["os"], d["slurm"]["version"] = "debian-12", "22.05"
     if version:
         d["slurm"]["version"] = version
     return d
