@@ -463,6 +463,14 @@ def _edit(path: Path, *pairs: tuple[str, str]) -> None:
     path.write_text(text)
 
 
+P5_ON_25_05 = (EXAMPLES / "p5-training.yaml").read_text().replace(
+    'slurm:\n  version: "23.11"\n',
+    'slurm:\n  version: "25.05"\n  package_repo:\n    uris: [https://apt.example.org/slurm]\n'
+    '    suites: [noble]\n    components: [main]\n    signed_by: https://apt.example.org/slurm/site-slurm.asc\n'
+    '    packaging: schedmd\n',
+)
+
+
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """main: p5-training and mi300x (with its facts folder); HEAD: one commit changing both."""
@@ -471,7 +479,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _git(repo, "config", "user.name", "clusterforge tests")
     _git(repo, "config", "user.email", "tests@clusterforge.invalid")
     (repo / "examples").mkdir()
-    shutil.copy(EXAMPLES / "p5-training.yaml", repo / "examples")
+    # p5-training as a site on 25.05 from its own builds (the example is 23.11, what Ubuntu 24.04
+    # ships): these cases are about 25.05's reconfigure truth; test_restart_policy.py keeps every release's
+    (repo / "examples" / "p5-training.yaml").write_text(P5_ON_25_05)
     shutil.copy(EXAMPLES / "amd-mi300x.yaml", repo / "examples")
     shutil.copytree(EXAMPLES / "facts", repo / "examples" / "facts")
     _git(repo, "add", "-A")
@@ -533,7 +543,7 @@ def test_git_diff_configs_cost_impact_findings(report: DiffReport) -> None:
     assert s.cost.delta == pytest.approx(s.cost.after - s.cost.before)
     assert any(item.startswith("gpu: 8 x p5.48xlarge") for item, _ in s.cost.added)
     impacts = {(i.file, i.subject): i for i in s.impacts}
-    # p5-training targets 25.05: from 24.11 slurm.conf everywhere plus scontrol reconfigure adds,
+    # the fixture's p5-training targets 25.05: from 24.11 slurm.conf everywhere plus scontrol reconfigure adds,
     # removes and changes nodes (render/versions.py reconfigure_applies_node_changes); before, the
     # node set was restart-all (tests/test_restart_policy.py keeps those releases' cases)
     nodes = impacts[("slurm/slurm.conf", "NodeName (node set)")]

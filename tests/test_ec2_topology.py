@@ -112,10 +112,8 @@ def test_names_from_tags_skip_other_clusters_and_unnamed() -> None:
 
 
 def _spec(tmp: Path, topology: str) -> Path:
-    # p5-training targets 25.05 (topology.yaml); these cases are about 24.05's topology.conf (its
-    # package_repo keeps the spec valid for 24.05 too)
-    spec = (EXAMPLES / "p5-training.yaml").read_text().replace("count: 16", "count: 4").replace(
-        'version: "25.05"', 'version: "24.05"') + topology
+    # p5-training targets 23.11: these cases are about topology.conf (25.05's topology.yaml is below)
+    spec = (EXAMPLES / "p5-training.yaml").read_text().replace("count: 16", "count: 4") + topology
     (tmp / "s.yaml").write_text(spec)
     return tmp / "s.yaml"
 

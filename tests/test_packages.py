@@ -113,7 +113,7 @@ def test_each_example_pair() -> None:
         "onprem-dgx.yaml": ("debian-13", "24.11", False),
         "amd-mi300x.yaml": ("ubuntu-24.04", "23.11", False),
         "hybrid.yaml": ("ubuntu-24.04", "23.11", False),
-        "p5-training.yaml": ("ubuntu-22.04", "25.05", True),
+        "p5-training.yaml": ("ubuntu-24.04", "23.11", False),
         "local.yaml": ("debian-13", "24.11", False),
         "local-aws.yaml": ("debian-12", "22.05", False),
         "local-roles.yaml": ("debian-12", "22.05", False),
@@ -319,3 +319,32 @@ def test_fix_names_sid_as_a_build_source_for_2605() -> None:
 
     assert _build_source("26.05") == " (Debian sid's slurm-wlm 26.05.5 is one to build them from)"
     assert _build_source("24.05") == ""
+
+
+def test_ami_names_its_os() -> None:
+    """The OS an AMI parameter names, for the ami-os-mismatch rule (paths as AWS, Canonical and Debian publish them)."""
+    from clusterforge.clusterspec.rules.packages import ami_os
+
+    dlami = "resolve:ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+    assert ami_os(dlami) == "ubuntu-22.04"
+    assert ami_os("resolve:ssm:/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id") \
+        == "ubuntu-24.04"
+    assert ami_os("resolve:ssm:/aws/service/canonical/ubuntu/server/noble/stable/current/amd64/hvm/ebs-gp3/ami-id") \
+        == "ubuntu-24.04"
+    assert ami_os("resolve:ssm:/aws/service/canonical/ubuntu/server/focal/stable/current/amd64/hvm/ebs-gp2/ami-id") \
+        == "ubuntu (focal)"
+    assert ami_os("resolve:ssm:/aws/service/debian/release/bookworm/latest/amd64") == "debian-12"
+    assert ami_os("resolve:ssm:/aws/service/debian/release/13/latest/amd64") == "debian-13"
+    assert ami_os("ami-0123456789abcdef0") is None and ami_os("resolve:ssm:/site/golden-ami") is None
+
+
+def test_ami_of_another_os_is_an_error_with_both_ways_out() -> None:
+    data = raw("p5-training.yaml")
+    data["os"] = "ubuntu-22.04"
+    data["slurm"]["package_repo"] = {"uris": ["https://apt.example.org/slurm"], "suites": ["jammy"],
+                                     "components": ["main"], "packaging": "schedmd",
+                                     "signed_by": "https://apt.example.org/slurm/site-slurm.asc"}
+    (f,) = [f for f in validate(parse_spec(data), EXAMPLES) if f.code == "ami-os-mismatch"]
+    assert f.path == "aws.ami" and f.level is Level.ERROR
+    assert "the AMI is ubuntu-24.04 but os is ubuntu-22.04 (jammy)" in f.why
+    assert f.fix.startswith("set os: ubuntu-24.04") and "base-oss-nvidia-driver-gpu-ubuntu-22.04" in f.fix

@@ -20,9 +20,8 @@ from pathlib import Path
 import pytest
 
 from clusterforge import hostlist
-from clusterforge.check import CheckReport, ProblemKind, check_dir, format_report
+from clusterforge.check import ProblemKind, check_dir, format_report
 from clusterforge.clusterspec import load_spec
-from clusterforge.clusterspec.types import SlurmVersion
 from clusterforge.render import render_cluster
 from clusterforge.render.manifest import Manifest
 from clusterforge.render.writer import render_tree, write_render
@@ -41,23 +40,8 @@ STANDS_IN = {
     "24.05": "slurm-wlm 24.11.5", "24.11": "slurm-wlm 24.11.5", "25.05": "slurm-wlm 26.05.5",
     "25.11": "slurm-wlm 26.05.5", "26.05": "slurm-wlm 26.05.5",
 }
-SPEC_TARGETS = typing.get_args(SlurmVersion)
-# Known render bug (issue 14 item 1, the gate table): SlurmctldParameters=cloud_reg_addrs is
-# rendered for cloud nodes at every target, but 23.11 removed it ("Remove cloud_reg_addrs and make
-# it default behavior", SchedMD commit c2b381bbf0, RELEASE_NOTES of 23.11) and slurmctld logs an
-# error for it. The real 24.11 found it; until the gate lands the test tolerates exactly that line.
-CLOUD_REG_ADDRS = 'The SlurmctldParameters option "cloud_reg_addrs" is defunct'
-
-
 def target(name: str) -> str:
     return load_spec(EXAMPLES / name).slurm.version
-
-
-def known_bugs(report: CheckReport, folder: Path) -> list[str]:
-    conf = (folder / "slurm" / "slurm.conf").read_text()
-    if "cloud_reg_addrs" not in conf or Manifest.read(folder).slurm_version < "23.11":
-        return []
-    return [p.message for p in report.problems if p.kind is ProblemKind.LOG_ERROR and CLOUD_REG_ADDRS in p.message]
 
 
 @needs_slurm
@@ -76,14 +60,13 @@ def test_real_daemons_of_its_family_accept_example(
     report = check_dir(folder, timeout_s=60)
     print(format_report(report))
     assert report.daemons is not None and report.daemons.startswith(STANDS_IN[version] + " ")
-    bugs = known_bugs(report, folder)
-    assert [p for p in report.problems if p.message not in bugs] == [], format_report(report)
+    # no problem at all: an option the release removed (23.11's cloud_reg_addrs, render/versions.py
+    # cloud_reg_addrs_default) is an error line in slurmctld's log, and fails here
+    assert report.problems == [], format_report(report)
     # the daemon saw every rendered node with its GRES
     assert len(report.nodes) >= 2
     if "Gres=gpu" in (folder / "slurm/slurm.conf").read_text():
         assert report.gres, "slurmd -G was not run for a GPU node"
-    if bugs:
-        pytest.xfail(f"render bug, reported to the gate table: {bugs[0]}")
 
 
 # '"slurm_version": ' is cloud/agent.json's copy of the version (the agent's topology.conf header)
@@ -175,12 +158,6 @@ def render_topology(tmp_path: Path, topology: str, version: str) -> Path:
     return folder
 
 
-def spec_target(version: str) -> str:
-    if version not in SPEC_TARGETS:
-        pytest.skip(f"Slurm {version} is not a spec target yet (issue 14 item 1 adds it)")
-    return version
-
-
 # what `scontrol show topology` printed for these specs (tree: 22.05.8, 24.11.5 and 26.05.5 alike
 # but for LinkSpeed, which 26.05 prints as 0; block: 24.11.5 and 26.05.5 alike)
 TREE_SEEN = {
@@ -200,7 +177,7 @@ AGGREGATES_SEEN = {"nvl-a,nvl-b": ("dgx-[001-032]", "32")}  # AggregatedBlock: B
 @pytest.mark.slurm
 @pytest.mark.parametrize("version", ["22.05", "24.11", "25.05", "26.05"])
 def test_tree_topology_matches_scontrol(version: str, tmp_path: Path, release_daemons: Callable[[str], None]) -> None:
-    release_daemons(spec_target(version))
+    release_daemons(version)
     folder = render_topology(tmp_path, TREE, version)
     conf = "topology.yaml" if version >= "25.05" else "topology.conf"
     assert (folder / "slurm" / conf).is_file()
@@ -216,7 +193,7 @@ def test_tree_topology_matches_scontrol(version: str, tmp_path: Path, release_da
 @pytest.mark.slurm
 @pytest.mark.parametrize("version", ["24.11", "25.05", "26.05"])
 def test_block_topology_matches_scontrol(version: str, tmp_path: Path, release_daemons: Callable[[str], None]) -> None:
-    release_daemons(spec_target(version))
+    release_daemons(version)
     folder = render_topology(tmp_path, BLOCK, version)
     conf = "topology.yaml" if version >= "25.05" else "topology.conf"
     assert "block" in (folder / "slurm" / conf).read_text().lower()
