@@ -275,6 +275,45 @@ CASES: list[tuple[str, str, Mut, Level]] = [
     ("p5-training.yaml", "no-compute", lambda d: (
         d.update(node_groups=[g for g in d["node_groups"] if g["role"] != "compute"]), d.pop("partitions")), Level.ERROR),
     ("hybrid.yaml", "cloud-return-to-service", lambda d: d["slurm"].update(return_to_service=1), Level.ERROR),
+    # issue 15: system folders as targets of what the roles create, chown, format or mount
+    ("p5-training.yaml", "system-path", lambda d: d["slurm"].update(state_save_location="/etc/slurm"), Level.ERROR),
+    ("p5-training.yaml", "system-path", lambda d: d["slurm"].update(state_save_location="/var"), Level.ERROR),
+    ("p5-training.yaml", "system-path", lambda d: d["slurm"].update(state_save_location="/home"), Level.ERROR),
+    ("p5-training.yaml", "system-path", lambda d: _g(d, "gpu")["cloud"].update(local_nvme_raid0="/"), Level.ERROR),
+    ("p5-training.yaml", "system-path", lambda d: _g(d, "gpu")["cloud"].update(local_nvme_raid0="/home"), Level.ERROR),
+    ("p5-training.yaml", "system-path", lambda d: _g(d, "gpu")["cloud"].update(local_nvme_raid0="/boot/efi"), Level.ERROR),
+    ("onprem-dgx.yaml", "system-path", lambda d: d["storage"][1].update(mount="/usr"), Level.ERROR),
+    ("onprem-dgx.yaml", "system-path", lambda d: d["storage"][1].update(mount="/lib64"), Level.ERROR),
+    ("onprem-dgx.yaml", "system-path", lambda d: d["storage"][1].update(mount="/dev/shm"), Level.ERROR),
+    ("onprem-dgx.yaml", "system-path", lambda d: d["storage"][0].update(purpose=["datasets"]), Level.ERROR),  # /home
+    ("onprem-dgx.yaml", "system-path", lambda d: d.setdefault("health_checks", {}).update(program="/etc/passwd"), Level.ERROR),
+    ("onprem-dgx.yaml", "system-path", lambda d: d["slurm"].setdefault("extra_conf", {}).update(
+        SlurmctldLogFile="/etc/slurmctld.log"), Level.ERROR),
+    ("onprem-dgx.yaml", "system-path", lambda d: d["slurm"].setdefault("extra_conf", {}).update(
+        slurmdspooldir="/proc/spool"), Level.ERROR),
+    ("onprem-dgx.yaml", "path-not-normal", lambda d: d["slurm"].setdefault("extra_conf", {}).update(
+        StateSaveLocation="/var/spool/../../etc"), Level.ERROR),
+    # issue 15: extra_conf keys that weaken authentication or isolation (rules/extra_conf.py GUARDED)
+    ("onprem-dgx.yaml", "extra-conf-weakens", lambda d: d["slurm"].setdefault("extra_conf", {}).update(
+        AuthType="auth/none"), Level.ERROR),
+    ("onprem-dgx.yaml", "extra-conf-weakens", lambda d: d["slurm"].setdefault("extra_conf", {}).update(
+        authtype="auth/none"), Level.ERROR),  # slurm.conf keys are case insensitive
+    ("onprem-dgx.yaml", "extra-conf-weakens", lambda d: d["slurm"].setdefault("extra_conf", {}).update(
+        CredType="cred/none"), Level.ERROR),
+    ("onprem-dgx.yaml", "extra-conf-weakens", lambda d: d["slurm"].setdefault("extra_conf", {}).update(
+        AuthAltTypes="auth/jwt,auth/none"), Level.ERROR),
+    ("onprem-dgx.yaml", "extra-conf-weakens", lambda d: d["slurm"].setdefault("extra_conf", {}).update(
+        SlurmUser="root"), Level.ERROR),
+    ("onprem-dgx.yaml", "extra-conf-weakens", lambda d: d["slurm"].setdefault("extra_conf", {}).update(
+        SlurmdUser="slurm"), Level.ERROR),
+    ("onprem-dgx.yaml", "extra-conf-weakens", lambda d: d["slurm"].setdefault("extra_conf", {}).update(
+        ProctrackType="proctrack/pgid"), Level.ERROR),
+    ("onprem-dgx.yaml", "extra-conf-weakens", lambda d: d["slurm"].setdefault("extra_conf", {}).update(
+        ProctrackType="proctrack/linuxproc"), Level.ERROR),
+    ("onprem-dgx.yaml", "extra-conf-weakens", lambda d: d["slurm"].setdefault("extra_conf", {}).update(
+        TaskPlugin="task/affinity"), Level.ERROR),
+    ("onprem-dgx.yaml", "extra-conf-weakens", lambda d: d["slurm"].setdefault("extra_conf", {}).update(
+        AccountingStorageEnforce="nojobs"), Level.ERROR),
 ]
 
 

@@ -16,22 +16,32 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 from clusterforge import hostlist
 from clusterforge.clusterspec.package_repo import PackageRepo
 from clusterforge.clusterspec.types import (
+    MAX_HOSTS,
     AbsPath,
     AddressList,
     Cidr,
+    HostCount,
     Hostlist,
     Name,
     PositiveInt,
+    S3Bucket,
     SlurmTime,
     SlurmVersion,
     Version,
+    one_line,
 )
 
 
 class Model(BaseModel):
-    """Base of every spec section: unknown keys are errors, values are immutable once loaded."""
+    """Base of every spec section: unknown keys are errors, values are immutable once loaded, and
+    no string holds a newline or control character (``types.one_line``: config injection)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("*")
+    @classmethod
+    def _one_line(cls, v: object) -> object:
+        return one_line(v)
 
 
 # --------------------------------------------------------------------------------------- AWS
@@ -52,7 +62,7 @@ class Aws(Model):
         default_factory=list,
         description="CIDRs allowed to reach login nodes over SSH; empty means no SSH ingress (use SSM)",
     )
-    s3_bucket: str | None = Field(None, description="bucket the instance roles may read (datasets, installers)")
+    s3_bucket: S3Bucket | None = Field(None, description="bucket the instance roles may read (datasets, installers)")
     ami: str = Field(
         "resolve:ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id",
         description="AMI id (ami-...) or resolve:ssm:<parameter>; node groups may override",
@@ -129,7 +139,7 @@ class Capacity(Model):
 
 class CloudNodes(Model):
     instance_type: Annotated[str, Field(pattern=r"^[a-z0-9-]+\.[a-z0-9]+$", examples=["p5.48xlarge"])]
-    count: PositiveInt
+    count: HostCount
     subnet: Name | None = Field(None, description="subnet name; default: the first private subnet")
     efa: bool = False
     placement_group: bool = Field(False, description="launch the group into its own cluster placement group")
@@ -416,6 +426,20 @@ class Cluster(Model):
     accounting: Accounting = Accounting()
     monitoring: Monitoring = Monitoring()
     health_checks: HealthChecks = HealthChecks()
+
+    @field_validator("node_groups")
+    @classmethod
+    def _bounded_hosts(cls, groups: list[NodeGroup]) -> list[NodeGroup]:
+        # each group is bounded by its own field; this bounds the sum before anything expands it
+        total = sum(
+            g.cloud.count if g.cloud is not None else len(g.hostnames) for g in groups if g.role == "compute"
+        )
+        if total > MAX_HOSTS:
+            raise ValueError(
+                f"the compute node groups hold {total} hosts: the implicit partition names every compute host "
+                f"in one Slurm hostlist, and Slurm reads at most {MAX_HOSTS} hosts in one; split the cluster"
+            )
+        return groups
 
     @model_validator(mode="after")
     def _unique_names(self) -> Cluster:

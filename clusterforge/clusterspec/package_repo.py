@@ -11,6 +11,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from clusterforge.clusterspec.types import one_line
+
 
 def _is_url(v: str, schemes: tuple[str, ...]) -> bool:
     u = urlsplit(v)
@@ -52,6 +54,11 @@ class PackageRepo(BaseModel):
         "built from the slurm-wlm source package; schedmd: the release tarball's packaging "
         "(slurm-smd-slurmctld, slurm-smd-slurmd, slurm-smd-client, slurm-smd-slurmdbd)",
     )
+
+    @field_validator("*")
+    @classmethod
+    def _one_line(cls, v: object) -> object:  # as models.Model: no newline reaches the apt source
+        return one_line(v)
 
     @field_validator("uris")
     @classmethod

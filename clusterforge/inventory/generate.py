@@ -362,6 +362,8 @@ def generate_inventory(
         else None
     )
     out_dir = Path(out_dir) if out_dir is not None else Path("inventories") / "generated" / cluster.name
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InventoryError(f"--out {str(out_dir)!r} is a file; give a folder for the inventory")
     if manifest_dir is not None:
         mdir = Path(manifest_dir).resolve()
         if not (mdir / "manifest.json").is_file():
@@ -380,5 +382,12 @@ def generate_inventory(
     inv = build_inventory(
         rc, stack_outputs=stack, manifest_dir=manifest_var, spec_path=str(spec_path), ec2_access=ec2_access
     )
-    written = write_inventory(inv, out_dir)
+    try:
+        written = write_inventory(inv, out_dir)
+    except OSError as exc:  # a file where a folder is needed, a read-only folder: the user's to fix
+        raise InventoryError(
+            f"--out {str(out_dir)!r}: cannot write the inventory there ({exc.strerror or exc}"
+            f"{': ' + str(exc.filename) if exc.filename else ''}); give a folder that is writable "
+            "(or new), not a file"
+        ) from None
     return InventoryResult(out_dir=out_dir, written=written, manifest_dir=mdir, inventory=inv)

@@ -57,7 +57,20 @@ def _fsync_dir(path: Path) -> None:
 
 
 def write_render(result: RenderResult, out: Path) -> bool:
-    """Write ``result`` to ``out``. Returns False when ``out`` already held identical bytes."""
+    """Write ``result`` to ``out``. Returns False when ``out`` already held identical bytes.
+
+    A folder that cannot be written (read-only, a file in the way, no space) is the user's to fix:
+    a ``ClusterforgeError`` naming it and the reason, never a traceback."""
+    try:
+        return _write_render(result, out)
+    except OSError as exc:
+        raise ClusterforgeError(
+            f"--out {str(out)!r}: cannot write the render there ({exc.strerror or exc}"
+            f"{': ' + str(exc.filename) if exc.filename else ''}); choose a writable folder"
+        ) from None
+
+
+def _write_render(result: RenderResult, out: Path) -> bool:
     tree = render_tree(result)
     out = out.resolve()
     if out.exists():
