@@ -3,6 +3,9 @@
 Structure (types, required fields, one-of choices) is checked here by pydantic; rules that need
 the hardware catalog or weigh several sections against each other live in ``rules/`` with a
 level (error, warning, info).
+
+About 460 lines in one module on purpose: every section of the spec in the order of the YAML, read
+together (``package_repo.py`` and ``types.py`` hold what can stand alone).
 """
 
 from __future__ import annotations

@@ -45,6 +45,12 @@ _DOES = {
     "format": "the storage role formats the NVMe disks as RAID0 and mounts them here, mode 1777",
     "file": "the role writes the health check script to this file, run as root by slurmd",
 }
+_FIX = {
+    "chown": "choose a folder of the cluster's own, e.g. /var/spool/slurmctld (or /fsx/slurm/state when shared).",
+    "mount": "mount it on a folder of its own, e.g. /fsx, /shared or /datasets (/home only with purpose: [home]).",
+    "format": "mount the NVMe scratch on a folder of its own, e.g. /scratch.",
+    "file": "install the check under /usr/local/sbin or /opt, e.g. /usr/local/sbin/clusterforge-healthcheck.",
+}
 
 # slurm.conf keys whose value the role creates (a folder, or a log file's folder)
 EXTRA_PATH_KEYS: dict[str, tuple[Action, bool]] = {  # lower-case key -> (action, the value's folder)
@@ -77,6 +83,8 @@ def system_path_problem(path: str, action: Action) -> str | None:
 def _targets(c: Cluster) -> Iterator[tuple[str, str, Action]]:
     yield "slurm.state_save_location", c.slurm.state_save_location, "chown"
     for i, s in enumerate(c.storage):
+        if s.mount == "/home" and "home" in s.purpose:
+            continue  # the users' home folders on shared storage: what /home is for
         yield f"storage[{i}].mount", s.mount, "mount"
     for i, g in enumerate(c.node_groups):
         if g.cloud is not None and g.cloud.local_nvme_raid0 is not None:
@@ -88,16 +96,10 @@ def _targets(c: Cluster) -> Iterator[tuple[str, str, Action]]:
 @rule
 def system_paths(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
     for path, value, action in _targets(c):
-        if action == "mount" and value == "/home":
-            s = next(s for i, s in enumerate(c.storage) if path == f"storage[{i}].mount")
-            if "home" in s.purpose:
-                continue  # the users' home folders on shared storage: what /home is for
         why = system_path_problem(value, action)
         if why is not None:
             yield Finding(
-                Level.ERROR, "system-path", path, value, f"{_DOES[action]}, and {why}.",
-                "choose a folder of the cluster's own, e.g. /var/spool/slurmctld for state, /scratch for "
-                "NVMe scratch, /fsx or /shared for storage (/home only with purpose: [home]).",
+                Level.ERROR, "system-path", path, value, f"{_DOES[action]}, and {why}.", _FIX[action],
             )
     for key, value in sorted(c.slurm.extra_conf.items()):
         how = EXTRA_PATH_KEYS.get(key.lower())
