@@ -215,9 +215,10 @@ AbsPath = Annotated[
 ]
 PositiveInt = Annotated[int, Field(gt=0)]
 
-#: Slurm reads at most 64K hosts in one hostlist (src/common/hostlist.c: MAX_RANGE 64*1024, "64K
-#: Hosts"); a node group's NodeName line is one, so a count above it cannot be rendered. Bounding
-#: the field also makes a count of 10**30 an error at once instead of a list of 10**30 names.
+#: Slurm reads at most 64K hosts in one hostlist range (src/common/hostlist.h@slurm-24-11-5-1:
+#: ``#define MAX_RANGE MAX_SLURM_NODES /* 64K Hosts */``, slurm/slurm.h: 65536); a node group's
+#: NodeName line is one, so a count above it cannot be rendered. Bounding the field also makes a
+#: count of 10**30 an error at once instead of a list of 10**30 names.
 MAX_HOSTS = 65536
 
 

@@ -51,9 +51,9 @@ GUARDED: dict[str, Guard] = {
         "remove slurm.extra_conf.AuthType (the render sets auth/munge).",
     ),
     "credtype": Guard(
-        lambda v, c: v.strip().lower() in ("cred/munge", "cred/slurm", "auth/slurm"),
+        lambda v, c: v.strip().lower() in ("cred/munge", "cred/slurm"),
         "job step credentials are signed by this plugin, and slurmd trusts a step only through that "
-        "signature; slurm.conf(5): 'The default (and recommended) value is \"cred/munge\"'",
+        "signature; slurm.conf(5) (23.11, 24.11) knows two: cred/munge (the default) and cred/slurm",
         "remove slurm.extra_conf.CredType (the render sets cred/munge).",
     ),
     "authalttypes": Guard(
