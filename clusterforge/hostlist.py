@@ -40,6 +40,7 @@ range list '4-1': the range 4-1 runs backwards. Fix: write the lower number firs
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -266,8 +267,13 @@ def _ranges(nums: list[tuple[int, str]]) -> str:
 def compress(names: Iterable[str]) -> str:
     """The shortest-form hostlist for ``names`` (sorted, duplicates dropped).
 
-    Names are grouped by their prefix before the last run of digits and by that run's width, so
-    ``gpu-001`` and ``gpu-1`` never merge (Slurm would print them differently).
+    Names are grouped by their prefix before the last run of digits, one bracket per prefix as
+    ``scontrol show hostlistsorted`` writes it: ``gpu-001`` and ``gpu-1`` stay two numbers
+    (``gpu-[1,001]``), and an unpadded number at least as long as a zero-padded width shares its
+    range (``gpu-[099-100]``, ``n[998-1000]`` beside ``n001``). For names of one prefix and one
+    zero padding, which is what a spec makes, the text is exactly scontrol's
+    (tests/test_hostlist_scontrol.py); for any names, Slurm reads it back to the same names in the
+    order :func:`expand` gives.
 
     >>> compress(["n9", "n10", "n11", "login"])
     'login,n[9-11]'
@@ -281,21 +287,57 @@ def compress(names: Iterable[str]) -> str:
             parsed.append((m.group(1), m.group(2)))
         else:
             plain.append(name)
-    # A zero-padded run fixes a width for its prefix; an unpadded number of exactly that length
-    # (gpu-100 beside gpu-099) belongs to the same padded range.
-    padded = {(p, len(d)) for p, d in parsed if d.startswith("0") and len(d) > 1}
-    groups: dict[tuple[str, int], list[tuple[int, str]]] = {}
+    padded: dict[str, set[int]] = {}
     for prefix, digits in parsed:
-        width = len(digits) if (prefix, len(digits)) in padded else 0
-        groups.setdefault((prefix, width), []).append((int(digits), digits))
-    items: list[str] = list(plain)
-    for (prefix, _width), nums in sorted(groups.items()):
-        nums.sort()
-        if len(nums) == 1:
-            items.append(prefix + nums[0][1])
+        if digits.startswith("0") and len(digits) > 1:
+            padded.setdefault(prefix, set()).add(len(digits))
+    # prefix -> width -> numbers. An unpadded number prints the same at any width up to its own
+    # length, so Slurm joins it to such a padded range (_width_equiv in src/common/hostlist.c @
+    # slurm-22-05-8-1: 099 and 100 are one range, and so are 999 and 1000 at width 3).
+    groups: dict[str, dict[int, list[tuple[int, str]]]] = {}
+    for prefix, digits in parsed:
+        if digits.startswith("0") and len(digits) > 1:
+            width = len(digits)
         else:
-            items.append(f"{prefix}[{_ranges(nums)}]")
-    return ",".join(sorted(items))
+            width = max((w for w in padded.get(prefix, ()) if w <= len(digits)), default=0)
+        groups.setdefault(prefix, {}).setdefault(width, []).append((int(digits), digits))
+    items: list[tuple[str, int, str]] = [(name, 0, name) for name in plain]  # prefix, ranged?, text
+    for prefix, widths in groups.items():
+        # Slurm sorts ranges of widths it cannot combine by width, unpadded first: a[1-2,01-02]
+        runs = [sorted(widths[w]) for w in sorted(widths)]
+        if sum(map(len, runs)) == 1:
+            items.append((prefix, 1, prefix + runs[0][0][1]))
+        else:
+            items.append((prefix, 1, f"{prefix}[{','.join(_ranges(nums) for nums in runs)}]"))
+    # hostlist_sort's order (hostrange_cmp): prefixes in natural order, a name without a number
+    # before the numbered names of the same prefix (login before login[1-2])
+    items.sort(key=functools.cmp_to_key(lambda a, b: _strnatcmp(a[0], b[0]) or a[1] - b[1]))
+    return ",".join(text for _p, _r, text in items)
+
+
+def _digits_run(s: str, i: int) -> str:
+    j = i
+    while j < len(s) and s[j].isascii() and s[j].isdigit():
+        j += 1
+    return s[i:j]
+
+
+def _strnatcmp(a: str, b: str) -> int:
+    """Slurm's strnatcmp (src/common/strnatcmp.c @ slurm-22-05-8-1) for names without blanks:
+    runs of digits compare as numbers (n9 < n10), or digit by digit when either starts with 0."""
+    i = 0
+    while i < len(a) and i < len(b):
+        ra, rb = _digits_run(a, i), _digits_run(b, i)
+        if ra and rb:
+            if ra[0] == "0" or rb[0] == "0":  # compare_left: the first differing digit wins
+                if ra != rb:
+                    return -1 if ra < rb else 1
+            elif ra != rb:  # compare_right: the longer run wins, then the larger value
+                return -1 if (len(ra), ra) < (len(rb), rb) else 1
+        if a[i] != b[i]:
+            return -1 if a[i] < b[i] else 1
+        i += 1
+    return (len(a) > len(b)) - (len(a) < len(b))
 
 
 # --------------------------------------------------------------------------------------------
