@@ -11,9 +11,10 @@ instance; tests/test_nodename.py checks it against :func:`expand`.)
   (``_hostlist_create_bracketed`` in src/common/hostlist.c @ slurm-22-05-8-1): a comma-separated
   list of items, each a literal with any number of bracketed range sets that ends in one
   (``r[1-2]n[01-04]``; ``gpu[1-3]-ib`` is refused), ranges keeping their zero padding and at most
-  65536 hosts each, names in Slurm's order (``a[1-2]b[3-4]c[5-6]`` runs c fastest, then a, then b).
-  Forms Slurm reads in surprising ways (blanks, empty items, a lone ``[``) are refused.
-  tests/test_hostlist_scontrol.py compares it with the real ``scontrol show hostnames``.
+  65536 hosts each (and in all), names in Slurm's order (``a[1-2]b[3-4]c[5-6]`` runs c fastest,
+  then a, then b). Forms Slurm reads in surprising ways (blanks, empty items, a lone ``[``) are
+  refused. ``compress`` writes what ``scontrol show hostlistsorted`` writes.
+  tests/test_hostlist_scontrol.py compares both with the real scontrol.
   Device files (``/dev/nvidia[0-7]``) and addresses (``10.0.0.[1-4]``) use it too.
 * **integers** (``expand_ints`` / ``compress_ints``): the Linux CPU list format of
   ``/sys/devices/system/node/node0/cpulist`` and ``lscpu`` (``0-3,8,10-11``), which is also the
@@ -311,8 +312,12 @@ def compress(names: Iterable[str]) -> str:
             items.append((prefix, 1, f"{prefix}[{','.join(_ranges(nums) for nums in runs)}]"))
     # hostlist_sort's order (hostrange_cmp): prefixes in natural order, a name without a number
     # before the numbered names of the same prefix (login before login[1-2])
-    items.sort(key=functools.cmp_to_key(lambda a, b: _strnatcmp(a[0], b[0]) or a[1] - b[1]))
+    items.sort(key=functools.cmp_to_key(_item_cmp))
     return ",".join(text for _p, _r, text in items)
+
+
+def _item_cmp(a: tuple[str, int, str], b: tuple[str, int, str]) -> int:
+    return _strnatcmp(a[0], b[0]) or a[1] - b[1]
 
 
 def _digits_run(s: str, i: int) -> str:

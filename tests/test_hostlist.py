@@ -192,3 +192,21 @@ def test_forms_slurm_misreads_are_refused(bad: str, why: str) -> None:
     with pytest.raises(HostlistError) as exc:
         expand(bad)
     assert why in exc.value.why
+
+
+@pytest.mark.parametrize(
+    ("names", "slurm"),
+    [
+        # `scontrol show hostlistsorted` of slurm-wlm 22.05.8, run by hand on these names
+        ("r10n1,r10n2,r2n1,r2n2", "r2n[1-2],r10n[1-2]"),  # prefixes in natural order
+        ("gpu-998,gpu-999,gpu-1000,gpu-1001,gpu-001", "gpu-[001,998-1001]"),  # 1000 fits width 3
+        ("gpu-1,gpu-001", "gpu-[1,001]"),  # one bracket per prefix, unpadded first
+        ("n01,n1", "n[1,01]"),
+        ("n09,n10,n100", "n[09-10,100]"),
+        ("a-1,a-2,a1", "a1,a-[1-2]"),
+        ("login,login1,login2", "login,login[1-2]"),
+        ("b2,a1,b1", "a1,b[1-2]"),
+    ],
+)
+def test_compress_writes_what_scontrol_writes(names: str, slurm: str) -> None:
+    assert compress(names.split(",")) == slurm
