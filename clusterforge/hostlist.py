@@ -192,7 +192,9 @@ def _parse_item(item: str, expr: str, field: str) -> _Item:
         # '\0')) goto error;" in _hostlist_create_bracketed, src/common/hostlist.c @ slurm-22-05-8-1).
         # 24.11 reads a suffix there (same place @ slurm-24-11-5-1), but a spec must load on 22.05.
         why = f"it has text ({literals[-1]!r}) after its last range, which Slurm 22.05 refuses"
-        raise HostlistError(field, expr, why, "end each name with its range, e.g. gpu-ib[1-3] for gpu[1-3]-ib")
+        moved = "".join(f"{lit}[{b}]" for lit, b in zip(literals[:-2], bodies[:-1], strict=True))
+        moved += f"{literals[-2]}{literals[-1]}[{bodies[-1]}]"  # gpu[1-3]-ib -> gpu-ib[1-3]
+        raise HostlistError(field, expr, why, f"end each name with its range, e.g. {moved}")
     sets = [_range_set(b, expr, field, "hosts", per_range=_SLURM_MAX_RANGE) for b in bodies]
     sizes = [sum(hi - lo + 1 for lo, hi, _w in rs) for rs in sets]
     for body, size in zip(bodies[:-1], sizes[:-1], strict=True):

@@ -146,12 +146,17 @@ def test_three_bracket_groups_expand_in_slurms_order() -> None:
     assert expand("a[1-2]b[3-4]c[5-6]d[7-8]")[8] == "a1b3c6d7"
 
 
-@pytest.mark.parametrize("bad", ["gpu[1-3]-ib", "r[1-2]n[1-2].ib", "a[1,3]b"])
-def test_text_after_the_last_range_is_refused(bad: str) -> None:
-    # scontrol 22.05: "Invalid hostlist: gpu[1-3]-ib"
+@pytest.mark.parametrize(
+    ("bad", "fixed"),
+    [("gpu[1-3]-ib", "gpu-ib[1-3]"), ("r[1-2]n[1-2].ib", "r[1-2]n.ib[1-2]"), ("n1,a[1,3]b", "ab[1,3]")],
+)
+def test_text_after_the_last_range_is_refused(bad: str, fixed: str) -> None:
+    # scontrol 22.05: "Invalid hostlist: gpu[1-3]-ib" (and the same for the others)
     with pytest.raises(HostlistError) as exc:
         expand(bad, field="hosts")
-    assert "after its last range" in exc.value.why and "gpu-ib[1-3]" in exc.value.fix
+    assert "after its last range" in exc.value.why
+    assert exc.value.fix == f"end each name with its range, e.g. {fixed}"
+    assert expand(fixed)  # the suggestion itself reads
 
 
 def test_a_range_of_more_than_65536_hosts_is_refused_at_once() -> None:
