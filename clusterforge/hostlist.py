@@ -7,10 +7,15 @@ the small expander inside ``clusterforge/aws/nodename.py``, which must run alone
 instance; tests/test_nodename.py checks it against :func:`expand`.)
 
 * **host names** (``expand`` / ``compress``): Slurm writes node sets as hostlists so that
-  ``slurm.conf`` grows with node *groups*, not nodes. The grammar is the one
-  ``scontrol show hostnames`` accepts for our names: a comma-separated list of items, each a
-  literal with any number of bracketed range sets (``r[1-2]n[01-04]``), ranges keeping their zero
-  padding. Device files (``/dev/nvidia[0-7]``) and addresses (``10.0.0.[1-4]``) use it too.
+  ``slurm.conf`` grows with node *groups*, not nodes. The grammar is Slurm 22.05's reader
+  (``_hostlist_create_bracketed`` in src/common/hostlist.c @ slurm-22-05-8-1): a comma-separated
+  list of items, each a literal with any number of bracketed range sets that ends in one
+  (``r[1-2]n[01-04]``; ``gpu[1-3]-ib`` is refused), ranges keeping their zero padding and at most
+  65536 hosts each (and in all), names in Slurm's order (``a[1-2]b[3-4]c[5-6]`` runs c fastest,
+  then a, then b). Forms Slurm reads in surprising ways (blanks, empty items, a lone ``[``) are
+  refused. ``compress`` writes what ``scontrol show hostlistsorted`` writes.
+  tests/test_hostlist_scontrol.py compares both with the real scontrol.
+  Device files (``/dev/nvidia[0-7]``) and addresses (``10.0.0.[1-4]``) use it too.
 * **integers** (``expand_ints`` / ``compress_ints``): the Linux CPU list format of
   ``/sys/devices/system/node/node0/cpulist`` and ``lscpu`` (``0-3,8,10-11``), which is also the
   body of a Slurm range set and what ``gres.conf`` ``Cores=`` takes.
@@ -36,6 +41,9 @@ range list '4-1': the range 4-1 runs backwards. Fix: write the lower number firs
 
 from __future__ import annotations
 
+import functools
+import itertools
+import math
 import re
 from collections.abc import Iterable
 
@@ -46,15 +54,33 @@ except ImportError:  # shipped alone to the controller with the cloud agent (clu
     class ClusterforgeError(Exception):  # type: ignore[no-redef]
         exit_code = 2
 
-#: No expression may stand for more than this many names or numbers: a typo such as
-#: ``node[1-10000000]`` must be an error, not minutes of work and gigabytes of memory.
+#: No integer range list may stand for more than this many numbers: a typo such as
+#: ``0-10000000`` must be an error, not minutes of work and gigabytes of memory.
 _MAX_EXPANSION = 1_000_000
 
+#: Slurm refuses one range of more than 64K hosts (``MAX_RANGE``, ``_parse_single_range``) and a
+#: bracket before the last one standing for more than 64K in all (``MAX_PREFIX_CNT``):
+#: src/common/hostlist.c and src/common/hostlist.h @ slurm-22-05-8-1 (both ``64*1024``).
+_SLURM_MAX_RANGE = 64 * 1024
+
+#: A whole expression may stand for at most this many names. Slurm 22.05's reader has no such
+#: limit (``a[1-65536]b[1-65536]`` is 2**32 names), but no Slurm cluster holds more nodes
+#: (``MAX_SLURM_NODES`` 65536, slurm/slurm.h @ slurm-24-11-5-1), and it is checked on counts
+#: before any name is built, so a typo costs milliseconds.
+_MAX_HOSTS = 64 * 1024
+
 #: Numbers longer than this are refused before ``int()`` sees them (Python refuses to convert
-#: more than 4300 digits with its own ValueError; no host or CPU number is this long).
+#: more than 4300 digits with its own ValueError; no host or CPU number is this long). It also
+#: keeps every number inside the C ``unsigned long`` Slurm reads it into with ``strtoul``
+#: (a 20-digit name suffix comes back from scontrol as 18446744073709551615).
 _MAX_DIGITS = 18
 
 _RANGE = re.compile(rf"(\d{{1,{_MAX_DIGITS}}})(?:-(\d{{1,{_MAX_DIGITS}}}))?")
+
+#: Slurm's separators between names outside brackets are ``"\t, "`` (hostlist_create_dims in
+#: src/common/hostlist.c @ slurm-22-05-8-1); we split on commas only and refuse blanks elsewhere.
+_BLANKS = re.compile(r"[ \t\n\r\f\v]")
+_TRAILING_DIGITS = re.compile(r"\d+$")
 
 
 class HostlistError(ClusterforgeError, ValueError):
@@ -69,11 +95,18 @@ class HostlistError(ClusterforgeError, ValueError):
         super().__init__(f"{field} {shown!r}: {why}. Fix: {fix}.")
 
 
-def _range_set(body: str, expr: str, field: str, kind: str) -> list[tuple[int, int, int]]:
-    """``001-003,7`` -> ``[(1, 3, 3), (7, 7, 0)]`` (low, high, zero-padded width or 0)."""
+def _range_set(
+    body: str, expr: str, field: str, kind: str, per_range: int | None = None
+) -> list[tuple[int, int, int]]:
+    """``001-003,7`` -> ``[(1, 3, 3), (7, 7, 0)]`` (low, high, zero-padded width or 0).
+
+    ``per_range`` caps the size of each range (Slurm's ``MAX_RANGE`` for host names); integer
+    lists are capped in total instead.
+    """
     out: list[tuple[int, int, int]] = []
     total = 0
     for raw in body.split(","):
+        # A CPU list may carry blanks ("0-3, 8"); a host range cannot: expand refuses them first.
         part = raw.strip()
         m = _RANGE.fullmatch(part)
         if not m:
@@ -85,11 +118,19 @@ def _range_set(body: str, expr: str, field: str, kind: str) -> list[tuple[int, i
         if hi < lo:
             fix = f"write the lower number first ({hi_s}-{lo_s})"
             raise HostlistError(field, expr, f"the range {part} runs backwards", fix)
+        if per_range is not None and hi - lo + 1 > per_range:
+            raise HostlistError(
+                field, expr,
+                f"the range {part} stands for {hi - lo + 1} {kind}, more than the {per_range} Slurm reads in one range",
+                f"split it into ranges of at most {per_range} {kind}, or check the bounds for a typo",
+            )
         total += hi - lo + 1
-        if total > _MAX_EXPANSION:
+        if per_range is None and total > _MAX_EXPANSION:
             raise HostlistError(
                 field, expr, f"it stands for more than {_MAX_EXPANSION} {kind}", "check the range bounds for a typo"
             )
+        # Slurm pads every number of a range to the width of its low bound as written
+        # (range->width = strlen(lo) in _parse_single_range): [001-10] is 001..010, [1-03] is 1..3.
         width = len(lo_s) if lo_s.startswith("0") and len(lo_s) > 1 else 0
         out.append((lo, hi, width))
     return out
@@ -123,46 +164,92 @@ def _split_top_level(expr: str, field: str) -> list[str]:
     return items
 
 
-def _expand_item(item: str, expr: str, field: str) -> list[str]:
+_Item = tuple[list[str], list[list[tuple[int, int, int]]], int]  # literals, range sets, name count
+
+
+def _parse_item(item: str, expr: str, field: str) -> _Item:
+    """``a[1-2]b[3]`` -> (``["a", "b", ""]``, its two range sets, 2): counted, nothing built yet."""
     if not item:
         raise HostlistError(field, expr, "it has an empty name (an extra comma)", "remove the extra comma")
-    results = [""]
-    pos = 0
-    for m in re.finditer(r"\[([^\]]*)\]", item):
-        literal = item[pos : m.start()]
-        ranges = _range_set(m.group(1), expr, field, "hosts")
-        values = [str(i).zfill(w) for lo, hi, w in ranges for i in range(lo, hi + 1)]
-        if len(results) * len(values) > _MAX_EXPANSION:
-            raise HostlistError(
-                field, expr, f"it stands for more than {_MAX_EXPANSION} hosts", "check the range bounds for a typo"
+    blank = _BLANKS.search(item)
+    if blank:
+        inside = item.rfind("[", 0, blank.start()) > item.rfind("]", 0, blank.start())
+        if inside:  # strtoul skips the blank but the width counts it: a[1, 2] is a1,a02
+            why = "it has a blank inside a range, which Slurm reads as zero padding"
+            raise HostlistError(field, expr, why, "remove the blanks between the brackets")
+        why = f"the name {item!r} has a blank in it, which Slurm reads as a separator between two names"
+        raise HostlistError(field, expr, why, "separate names with commas (a,b)")
+    parts = re.split(r"\[([^\]]*)\]", item)  # literal, body, literal, ..., literal
+    literals, bodies = parts[0::2], parts[1::2]
+    if not bodies:
+        digits = _TRAILING_DIGITS.search(item)
+        if digits and len(digits.group()) > _MAX_DIGITS:
+            why = f"its name ends in {len(digits.group())} digits, a number Slurm cannot hold (unsigned long)"
+            raise HostlistError(field, expr, why, f"end names in at most {_MAX_DIGITS} digits")
+        return literals, [], 1
+    if literals[-1]:
+        # Slurm 22.05 reads only a range at the very end of a name ("if ((q[1] != ',') && (q[1] !=
+        # '\0')) goto error;" in _hostlist_create_bracketed, src/common/hostlist.c @ slurm-22-05-8-1).
+        # 24.11 reads a suffix there (same place @ slurm-24-11-5-1), but a spec must load on 22.05.
+        why = f"it has text ({literals[-1]!r}) after its last range, which Slurm 22.05 refuses"
+        moved = "".join(f"{lit}[{b}]" for lit, b in zip(literals[:-2], bodies[:-1], strict=True))
+        moved += f"{literals[-2]}{literals[-1]}[{bodies[-1]}]"  # gpu[1-3]-ib -> gpu-ib[1-3]
+        raise HostlistError(field, expr, why, f"end each name with its range, e.g. {moved}")
+    sets = [_range_set(b, expr, field, "hosts", per_range=_SLURM_MAX_RANGE) for b in bodies]
+    sizes = [sum(hi - lo + 1 for lo, hi, _w in rs) for rs in sets]
+    for body, size in zip(bodies[:-1], sizes[:-1], strict=True):
+        if size > _SLURM_MAX_RANGE:  # MAX_PREFIX_CNT in _push_range_list (src/common/hostlist.c @ slurm-22-05-8-1)
+            why = (
+                f"the range [{body}] before the last one stands for {size} hosts, "
+                f"more than the {_SLURM_MAX_RANGE} Slurm reads there"
             )
-        results = [r + literal + v for r in results for v in values]
-        pos = m.end()
-    tail = item[pos:]
-    if "[" in tail or "]" in tail:
-        raise HostlistError(field, expr, "its brackets do not pair up", "balance the brackets")
-    return [r + tail for r in results]
+            raise HostlistError(field, expr, why, "split the expression, or check the range bounds for a typo")
+    return literals, sets, math.prod(sizes)
+
+
+def _names(literals: list[str], sets: list[list[tuple[int, int, int]]]) -> list[str]:
+    if not sets:
+        return [literals[0]]
+    values = [[str(i).zfill(w) for lo, hi, w in rs for i in range(lo, hi + 1)] for rs in sets]
+    # Slurm's order: the last range runs fastest; the ranges before it are unrolled from the right
+    # (_push_range_list recurses on strrchr(prefix, '[')), so the one before the last runs slowest
+    # and the first runs next to the last. a[1-2]b[3-4]c[5-6]: a1b3c5 a1b3c6 a2b3c5 a2b3c6 a1b4c5 ...
+    n = len(sets)
+    order = [*range(n - 2, -1, -1), n - 1]
+    out: list[str] = []
+    chosen = [""] * n
+    for combo in itertools.product(*(values[i] for i in order)):
+        for k, v in zip(order, combo, strict=True):
+            chosen[k] = v
+        out.append("".join(lit + v for lit, v in zip(literals, chosen, strict=False)))
+    return out
 
 
 def expand(expr: str, *, field: str = "hostlist") -> list[str]:
-    """All names of a hostlist expression, in order, duplicates kept.
+    """All names of a hostlist expression, in Slurm's order, duplicates kept.
 
-    ``field`` names the input in the error (e.g. ``node_groups[0].onprem.hosts``).
+    ``field`` names the input in the error (e.g. ``node_groups[0].onprem.hosts``). Every
+    expression accepted here gives the same names in the same order as ``scontrol show hostnames``
+    of Slurm 22.05 (tests/test_hostlist_scontrol.py); some that Slurm reads in a surprising way
+    (blanks, empty items, a '[' without ']') are refused instead.
 
     >>> expand("r[1-2]n[01-02]")
     ['r1n01', 'r1n02', 'r2n01', 'r2n02']
     """
-    expr = expr.strip()
+    expr = expr.strip(" \t")  # Slurm's own separators, skipped at both ends
     if not expr:
         raise HostlistError(field, expr, "it is empty", "write host sets like dgx-[001-032] or node1,node2")
-    names: list[str] = []
+    parsed: list[_Item] = []
+    total = 0
     for item in _split_top_level(expr, field):
-        names.extend(_expand_item(item.strip(), expr, field))
-        if len(names) > _MAX_EXPANSION:
+        parsed.append(_parse_item(item.strip(" \t"), expr, field))
+        total += parsed[-1][2]
+        if total > _MAX_HOSTS:  # counted, never built: a[1-65536]b[1-65536] fails in 0.2 ms
             raise HostlistError(
-                field, expr, f"it stands for more than {_MAX_EXPANSION} hosts", "check the range bounds for a typo"
+                field, expr, f"it stands for more than {_MAX_HOSTS} hosts (more than a Slurm cluster holds)",
+                "check the range bounds for a typo",
             )
-    return names
+    return [name for literals, sets, _n in parsed for name in _names(literals, sets)]
 
 
 _TRAILING_NUM = re.compile(r"^(.*?)(\d+)$")
@@ -183,8 +270,13 @@ def _ranges(nums: list[tuple[int, str]]) -> str:
 def compress(names: Iterable[str]) -> str:
     """The shortest-form hostlist for ``names`` (sorted, duplicates dropped).
 
-    Names are grouped by their prefix before the last run of digits and by that run's width, so
-    ``gpu-001`` and ``gpu-1`` never merge (Slurm would print them differently).
+    Names are grouped by their prefix before the last run of digits, one bracket per prefix as
+    ``scontrol show hostlistsorted`` writes it: ``gpu-001`` and ``gpu-1`` stay two numbers
+    (``gpu-[1,001]``), and an unpadded number at least as long as a zero-padded width shares its
+    range (``gpu-[099-100]``, ``n[998-1000]`` beside ``n001``). For names of one prefix and one
+    zero padding, which is what a spec makes, the text is exactly scontrol's
+    (tests/test_hostlist_scontrol.py); for any names, Slurm reads it back to the same names in the
+    order :func:`expand` gives.
 
     >>> compress(["n9", "n10", "n11", "login"])
     'login,n[9-11]'
@@ -198,21 +290,61 @@ def compress(names: Iterable[str]) -> str:
             parsed.append((m.group(1), m.group(2)))
         else:
             plain.append(name)
-    # A zero-padded run fixes a width for its prefix; an unpadded number of exactly that length
-    # (gpu-100 beside gpu-099) belongs to the same padded range.
-    padded = {(p, len(d)) for p, d in parsed if d.startswith("0") and len(d) > 1}
-    groups: dict[tuple[str, int], list[tuple[int, str]]] = {}
+    padded: dict[str, set[int]] = {}
     for prefix, digits in parsed:
-        width = len(digits) if (prefix, len(digits)) in padded else 0
-        groups.setdefault((prefix, width), []).append((int(digits), digits))
-    items: list[str] = list(plain)
-    for (prefix, _width), nums in sorted(groups.items()):
-        nums.sort()
-        if len(nums) == 1:
-            items.append(prefix + nums[0][1])
+        if digits.startswith("0") and len(digits) > 1:
+            padded.setdefault(prefix, set()).add(len(digits))
+    # prefix -> width -> numbers. An unpadded number prints the same at any width up to its own
+    # length, so Slurm joins it to such a padded range (_width_equiv in src/common/hostlist.c @
+    # slurm-22-05-8-1: 099 and 100 are one range, and so are 999 and 1000 at width 3).
+    groups: dict[str, dict[int, list[tuple[int, str]]]] = {}
+    for prefix, digits in parsed:
+        if digits.startswith("0") and len(digits) > 1:
+            width = len(digits)
         else:
-            items.append(f"{prefix}[{_ranges(nums)}]")
-    return ",".join(sorted(items))
+            width = max((w for w in padded.get(prefix, ()) if w <= len(digits)), default=0)
+        groups.setdefault(prefix, {}).setdefault(width, []).append((int(digits), digits))
+    items: list[tuple[str, int, str]] = [(name, 0, name) for name in plain]  # prefix, ranged?, text
+    for prefix, widths in groups.items():
+        # Slurm sorts ranges of widths it cannot combine by width, unpadded first: a[1-2,01-02]
+        runs = [sorted(widths[w]) for w in sorted(widths)]
+        if sum(map(len, runs)) == 1:
+            items.append((prefix, 1, prefix + runs[0][0][1]))
+        else:
+            items.append((prefix, 1, f"{prefix}[{','.join(_ranges(nums) for nums in runs)}]"))
+    # hostlist_sort's order (hostrange_cmp): prefixes in natural order, a name without a number
+    # before the numbered names of the same prefix (login before login[1-2])
+    items.sort(key=functools.cmp_to_key(_item_cmp))
+    return ",".join(text for _p, _r, text in items)
+
+
+def _item_cmp(a: tuple[str, int, str], b: tuple[str, int, str]) -> int:
+    return _strnatcmp(a[0], b[0]) or a[1] - b[1]
+
+
+def _digits_run(s: str, i: int) -> str:
+    j = i
+    while j < len(s) and s[j].isascii() and s[j].isdigit():
+        j += 1
+    return s[i:j]
+
+
+def _strnatcmp(a: str, b: str) -> int:
+    """Slurm's strnatcmp (src/common/strnatcmp.c @ slurm-22-05-8-1) for names without blanks:
+    runs of digits compare as numbers (n9 < n10), or digit by digit when either starts with 0."""
+    i = 0
+    while i < len(a) and i < len(b):
+        ra, rb = _digits_run(a, i), _digits_run(b, i)
+        if ra and rb:
+            if ra[0] == "0" or rb[0] == "0":  # compare_left: the first differing digit wins
+                if ra != rb:
+                    return -1 if ra < rb else 1
+            elif ra != rb:  # compare_right: the longer run wins, then the larger value
+                return -1 if (len(ra), ra) < (len(rb), rb) else 1
+        if a[i] != b[i]:
+            return -1 if a[i] < b[i] else 1
+        i += 1
+    return (len(a) > len(b)) - (len(a) < len(b))
 
 
 # --------------------------------------------------------------------------------------------

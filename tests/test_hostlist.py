@@ -130,3 +130,88 @@ def test_compress_ints_refuses_negatives() -> None:
 def test_ints_roundtrip(nums: set[int]) -> None:
     text = compress_ints(nums)
     assert (expand_ints(text) if text else []) == sorted(nums)
+
+
+# ---- issue 15 item 3: the gaps against Slurm 22.05's reader (expected values from
+# `scontrol show hostnames` of slurm-wlm 22.05.8 on this host, run by hand).
+
+
+def test_three_bracket_groups_expand_in_slurms_order() -> None:
+    # scontrol show hostnames 'a[1-2]b[3-4]c[5-6]': the last group runs fastest, then the first,
+    # and the second slowest (_push_range_list recurses from the rightmost bracket before the last)
+    assert expand("a[1-2]b[3-4]c[5-6]") == [
+        "a1b3c5", "a1b3c6", "a2b3c5", "a2b3c6", "a1b4c5", "a1b4c6", "a2b4c5", "a2b4c6",
+    ]
+    assert expand("a[1-2]b[3-4]c[5-6]d[7-8]")[:6] == ["a1b3c5d7", "a1b3c5d8", "a2b3c5d7", "a2b3c5d8", "a1b4c5d7", "a1b4c5d8"]
+    assert expand("a[1-2]b[3-4]c[5-6]d[7-8]")[8] == "a1b3c6d7"
+
+
+@pytest.mark.parametrize(
+    ("bad", "fixed"),
+    [("gpu[1-3]-ib", "gpu-ib[1-3]"), ("r[1-2]n[1-2].ib", "r[1-2]n.ib[1-2]"), ("n1,a[1,3]b", "ab[1,3]")],
+)
+def test_text_after_the_last_range_is_refused(bad: str, fixed: str) -> None:
+    # scontrol 22.05: "Invalid hostlist: gpu[1-3]-ib" (and the same for the others)
+    with pytest.raises(HostlistError) as exc:
+        expand(bad, field="hosts")
+    assert "after its last range" in exc.value.why
+    assert exc.value.fix == f"end each name with its range, e.g. {fixed}"
+    assert expand(fixed)  # the suggestion itself reads
+
+
+def test_a_range_of_more_than_65536_hosts_is_refused_at_once() -> None:
+    # scontrol 22.05: "_parse_single_range: Too many hosts in range `1-65537'"
+    assert len(expand("a[1-65536]")) == 65536
+    with pytest.raises(HostlistError, match="65537 hosts"):
+        expand("a[1-65537]")
+    with pytest.raises(HostlistError, match="65536"):
+        expand("a[0-999999]")
+
+
+def test_a_bracket_before_the_last_of_more_than_65536_hosts_is_refused() -> None:
+    # scontrol 22.05 refuses 'a[1-40000,1-40000]b[1]' (MAX_PREFIX_CNT) but reads 'a[1-40000,1-40000]'
+    with pytest.raises(HostlistError, match="65536"):
+        expand("a[1-40000,1-40000]b[1]")
+
+
+def test_an_expression_of_billions_of_hosts_is_refused_in_milliseconds() -> None:
+    import time
+
+    start = time.perf_counter()
+    for bad in ("a[1-65536]b[1-65536]", "a[1-60000]b[1-60000]c[1-60000]", ",".join(["x[1-60000]"] * 1000)):
+        with pytest.raises(HostlistError, match="more than 65536 hosts"):
+            expand(bad)
+    assert time.perf_counter() - start < 0.5
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        ("a b", "blank"),  # Slurm reads two names, a and b
+        ("a[1, 2]", "blank inside a range"),  # Slurm reads ' 2' as a number of width 2: a1, a02
+        ("a[+1-3]", "not a number"),  # Slurm: a01 a02 a03 (strtoul reads the sign, the width counts it)
+        ("a" + "9" * 20, "digits"),  # Slurm overflows strtoul: a18446744073709551615
+    ],
+)
+def test_forms_slurm_misreads_are_refused(bad: str, why: str) -> None:
+    with pytest.raises(HostlistError) as exc:
+        expand(bad)
+    assert why in exc.value.why
+
+
+@pytest.mark.parametrize(
+    ("names", "slurm"),
+    [
+        # `scontrol show hostlistsorted` of slurm-wlm 22.05.8, run by hand on these names
+        ("r10n1,r10n2,r2n1,r2n2", "r2n[1-2],r10n[1-2]"),  # prefixes in natural order
+        ("gpu-998,gpu-999,gpu-1000,gpu-1001,gpu-001", "gpu-[001,998-1001]"),  # 1000 fits width 3
+        ("gpu-1,gpu-001", "gpu-[1,001]"),  # one bracket per prefix, unpadded first
+        ("n01,n1", "n[1,01]"),
+        ("n09,n10,n100", "n[09-10,100]"),
+        ("a-1,a-2,a1", "a1,a-[1-2]"),
+        ("login,login1,login2", "login,login[1-2]"),
+        ("b2,a1,b1", "a1,b[1-2]"),
+    ],
+)
+def test_compress_writes_what_scontrol_writes(names: str, slurm: str) -> None:
+    assert compress(names.split(",")) == slurm

@@ -22,7 +22,7 @@ from clusterforge import hostlist
 from clusterforge.catalog.facts.models import FactsError
 from clusterforge.catalog.facts.text import NUM
 
-_MAX_SPAN = 1_000_000  # hostlist.expand refuses larger ranges; no host has that many CPUs
+_MAX_SPAN = 1_000_000  # hostlist.expand_ints refuses larger lists; no host has that many CPUs
 _CPU_LIST = re.compile(rf"\s*{NUM}(?:-{NUM})?\s*(?:,\s*{NUM}(?:-{NUM})?\s*)*")
 
 
@@ -40,7 +40,8 @@ def parse_cpu_list(text: str, source: str = "CPU list") -> list[int]:
         if hi and not 0 <= int(hi) - int(lo) < _MAX_SPAN:
             raise FactsError(f"{source}: bad CPU range {part.strip()!r} in {text!r}: low-high, under a million CPUs")
     try:
-        ids = {int(n) for n in hostlist.expand(f"[{body.replace(' ', '')}]")}
+        # expand_ints, not expand("[...]"): a host range stops at Slurm's 65536, a CPU list does not
+        ids = set(hostlist.expand_ints(body, field=source))
     except hostlist.HostlistError as exc:  # not reached after the checks above; kept as a guard
         raise FactsError(f"{source}: bad CPU list {text!r}: {exc}") from exc
     return sorted(ids)
