@@ -1,5 +1,6 @@
-"""Policy pack rules, each called directly with ``policy.validate(args, report)``; plus the pack
-run over every resource the program registers for the examples (it must pass in preview)."""
+"""Policy pack rules, each called directly with ``policy.validate(args, report)``. The newer rules,
+the bad-resource catalogue and the pack run over every resource of the examples are in
+tests/test_policy_hardening.py (which reuses ``violations`` and ``lt`` from here)."""
 
 from __future__ import annotations
 

@@ -271,50 +271,93 @@ def test_stateful_resources_are_protected() -> None:
 
 # ------------------------------------------------------------- bad resources the pack catches
 
-#: Bad resources, one flaw each (label, type, inputs). The pack (mandatory rules) must catch all.
-BAD: list[tuple[str, str, dict[str, Any]]] = [
-    ("ssh from anywhere", rules.SG_INGRESS_RULE, {"ipProtocol": "tcp", "fromPort": 22, "toPort": 22, "cidrIpv4": ANY4}),
+#: Bad resources, one flaw each (label, rule that must refuse it, type, inputs); taggable ones are
+#: tagged, so no other rule catches them by accident.
+T = {"tags": TAGS}
+BAD: list[tuple[str, str, str, dict[str, Any]]] = [
+    (
+        "ssh from anywhere",
+        "clusterforge-no-ssh-from-anywhere",
+        rules.SG_INGRESS_RULE,
+        {**T, "ipProtocol": "tcp", "fromPort": 22, "toPort": 22, "cidrIpv4": ANY4},
+    ),
     (
         "https from anywhere",
+        "clusterforge-no-ingress-from-anywhere",
         rules.SG_INGRESS_RULE,
-        {"ipProtocol": "tcp", "fromPort": 443, "toPort": 443, "cidrIpv4": ANY4},
+        {**T, "ipProtocol": "tcp", "fromPort": 443, "toPort": 443, "cidrIpv4": ANY4},
     ),
-    ("all from ::/0", rules.SG_RULE, {"type": "ingress", "protocol": "-1", "ipv6CidrBlocks": [ANY6]}),
-    ("admin policy", hardening.IAM_POLICY, {"policy": doc(allow("*", "*"))}),
-    ("s3:* on a bucket", hardening.IAM_ROLE_POLICY, {"policy": doc(allow("s3:*", "arn:aws:s3:::b"))}),
-    ("terminate on *", hardening.IAM_ROLE_POLICY, {"policy": doc(allow("ec2:TerminateInstances", "*"))}),
-    ("inline iam:*", hardening.IAM_ROLE, {"inlinePolicies": [{"name": "i", "policy": doc(allow("iam:*", "*"))}]}),
-    ("public controller", rules.INSTANCE, instance("controller", associatePublicIpAddress=True)),
+    (
+        "nfs from ::/0",
+        "clusterforge-no-ingress-from-anywhere",
+        rules.SG_RULE,
+        {"type": "ingress", "protocol": "tcp", "fromPort": 2049, "toPort": 2049, "ipv6CidrBlocks": [ANY6]},
+    ),
+    ("admin policy", "clusterforge-iam-no-wildcards", hardening.IAM_POLICY, {"policy": doc(allow("*", "*"))}),
+    (
+        "s3:* on a bucket",
+        "clusterforge-iam-no-wildcards",
+        hardening.IAM_ROLE_POLICY,
+        {"policy": doc(allow("s3:*", "arn:aws:s3:::b"))},
+    ),
+    (
+        "terminate on *",
+        "clusterforge-iam-no-wildcards",
+        hardening.IAM_ROLE_POLICY,
+        {"policy": doc(allow("ec2:TerminateInstances", "*"))},
+    ),
+    (
+        "inline iam:*",
+        "clusterforge-iam-no-wildcards",
+        hardening.IAM_ROLE,
+        {**T, "inlinePolicies": [{"name": "i", "policy": doc(allow("iam:*", "*"))}]},
+    ),
+    (
+        "public controller",
+        "clusterforge-no-public-ip-on-compute",
+        rules.INSTANCE,
+        instance("controller", associatePublicIpAddress=True),
+    ),
     (
         "public compute template",
+        "clusterforge-no-public-ip-on-compute",
         rules.LAUNCH_TEMPLATE,
         lt(networkInterfaces=[{"deviceIndex": 0, "associatePublicIpAddress": "true"}]),
     ),
     (
         "IMDSv1 controller",
+        "clusterforge-imdsv2-required",
         rules.INSTANCE,
         instance("controller", metadataOptions={"httpTokens": "optional", "httpPutResponseHopLimit": 1}),
     ),
     (
         "hop limit 2 on compute",
+        "clusterforge-imdsv2-required",
         rules.LAUNCH_TEMPLATE,
         lt(metadataOptions={"httpTokens": "required", "httpPutResponseHopLimit": 2}),
     ),
     (
         "hop limit 3 on controller",
+        "clusterforge-imdsv2-required",
         rules.INSTANCE,
         instance("controller", metadataOptions={"httpTokens": "required", "httpPutResponseHopLimit": 3}),
     ),
-    ("plain EBS volume", rules.EBS_VOLUME, {"encrypted": False, "tags": TAGS}),
+    ("plain EBS volume", "clusterforge-encryption-at-rest", rules.EBS_VOLUME, {**T, "encrypted": False}),
     (
         "plain template volume",
+        "clusterforge-encryption-at-rest",
         rules.LAUNCH_TEMPLATE,
         lt(blockDeviceMappings=[{"deviceName": "/dev/sda1", "ebs": {"encrypted": "false"}}]),
     ),
-    ("plain EFS", rules.EFS, {"encrypted": False, "tags": TAGS}),
-    ("scratch FSx", rules.FSX_LUSTRE, {"deploymentType": "SCRATCH_2", "tags": TAGS}),
-    ("secret as String", rules.SSM_PARAMETER, {"name": "/clusterforge/c/x", "type": "String", "tags": TAGS}),
-    ("untagged VPC", "aws:ec2/vpc:Vpc", {}),
+    ("plain EFS", "clusterforge-encryption-at-rest", rules.EFS, {**T, "encrypted": False}),
+    ("scratch FSx", "clusterforge-encryption-at-rest", rules.FSX_LUSTRE, {**T, "deploymentType": "SCRATCH_2"}),
+    (
+        "secret as String",
+        "clusterforge-encryption-at-rest",
+        rules.SSM_PARAMETER,
+        {**T, "name": "/clusterforge/c/x", "type": "String"},
+    ),
+    ("untagged VPC", "clusterforge-required-tags", "aws:ec2/vpc:Vpc", {}),
 ]
 
 #: Bad stacks (label, resources): each holds one resource the stack rules must refuse.
@@ -333,10 +376,10 @@ def _mandatory(kind: type) -> list[Any]:
     return [p for p in pack.POLICIES if isinstance(p, kind) and p.enforcement_level == EnforcementLevel.MANDATORY]
 
 
-@pytest.mark.parametrize(("label", "type_", "props"), BAD, ids=[b[0] for b in BAD])
-def test_the_pack_catches_each_bad_resource(label: str, type_: str, props: dict[str, Any]) -> None:
-    caught = [m for p in _mandatory(ResourceValidationPolicy) for m in violations(p, type_, props)]
-    assert caught, f"{label}: no mandatory rule refused it"
+@pytest.mark.parametrize(("label", "rule", "type_", "props"), BAD, ids=[b[0] for b in BAD])
+def test_the_pack_catches_each_bad_resource(label: str, rule: str, type_: str, props: dict[str, Any]) -> None:
+    caught = {p.name for p in _mandatory(ResourceValidationPolicy) if violations(p, type_, props)}
+    assert caught == {rule}, f"{label}: refused by {sorted(caught)}, expected {rule} alone"
 
 
 @pytest.mark.parametrize(("label", "stack"), BAD_STACKS, ids=[b[0] for b in BAD_STACKS])
