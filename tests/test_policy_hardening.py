@@ -1,7 +1,9 @@
 """The pack's hardening and stateful rules (IAM wildcards, ingress from anywhere, public IPs,
 metadata hop limit, KMS keys, backups, ``protect``), each with a resource that breaks it and one
 that passes; a catalogue of bad resources the whole pack must catch; and the pack run over every
-resource of the AWS examples under mocks, the way the engine would see them in preview and up."""
+resource of the AWS examples under mocks, the way the engine would see them in preview and up.
+(Over 400 lines because the cases are tables, one case a line, kept next to the harness that
+runs them the way the engine does.)"""
 
 from __future__ import annotations
 
