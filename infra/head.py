@@ -91,10 +91,12 @@ class HeadNodes(pulumi.ComponentResource):
                 associate_public_ip_address=args.public_ip,
                 iam_instance_profile=instance_profile_name,
                 key_name=args.key_name,
+                # IMDSv2, hop limit 1: as on compute nodes (infra/node_group.py); nothing on a
+                # controller or login node needs the metadata service from behind another hop.
                 metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
                     http_endpoint="enabled",
                     http_tokens="required",
-                    http_put_response_hop_limit=2,
+                    http_put_response_hop_limit=1,
                 ),
                 root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
                     volume_size=args.root_volume_gib,

@@ -181,12 +181,15 @@ class ComputeGroup(pulumi.ComponentResource):
             instance_type=args.instance_type,
             key_name=args.key_name,
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=instance_profile_arn),
-            # IMDSv2 only: a session token defeats SSRF-style credential theft. Hop limit 2 lets
-            # containers (enroot/pyxis, docker) on the node reach the metadata service.
+            # IMDSv2 only: a session token defeats SSRF-style credential theft. Hop limit 1: the
+            # token's reply dies one hop out, so nothing behind a bridge or NAT on the node (a
+            # container in its own network namespace) can fetch the role's credentials. The roles
+            # install no container runtime, and enroot/pyxis containers share the host's network
+            # namespace, so they still reach the metadata service at hop 1.
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
                 http_endpoint="enabled",
                 http_tokens="required",
-                http_put_response_hop_limit=2,
+                http_put_response_hop_limit=1,
             ),
             block_device_mappings=[
                 aws.ec2.LaunchTemplateBlockDeviceMappingArgs(

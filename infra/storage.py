@@ -1,4 +1,6 @@
-"""Shared storage: FSx for Lustre (PERSISTENT_2) and EFS, both encrypted at rest.
+"""Shared storage: FSx for Lustre (PERSISTENT_2) and EFS, both encrypted at rest, backed up,
+and ``protect``-ed (a `pulumi destroy` or a replacing change stops at them instead of deleting
+checkpoints and home directories; ``pulumi state unprotect`` first when that is really meant).
 
 On-prem storage kinds of the spec (``nfs``, ``lustre``) create nothing here; Ansible mounts them.
 """
@@ -13,6 +15,10 @@ import pulumi_aws as aws
 from clusterforge.aws import layout
 from clusterforge.clusterspec.models import Cluster, Efs, FsxLustre
 from infra.common import TOKEN_PREFIX, child_opts, cluster_tags
+
+#: Automatic daily backups of an FSx file system not linked to S3 are kept this long (0-90 days
+#: allowed: FSx API Reference, LustreFileSystemConfiguration.AutomaticBackupRetentionDays).
+FSX_BACKUP_RETENTION_DAYS = 7
 
 
 @dataclass(frozen=True)
@@ -102,11 +108,16 @@ class Storage(pulumi.ComponentResource):
                 file_system_type_version="2.15",
                 # LZ4 costs little CPU on the servers and shrinks checkpoints and text corpora.
                 data_compression_type="LZ4",
+                # Daily backups, kept a week, unless S3 is the durable copy: "File system backups
+                # aren't supported on file systems that are linked to an Amazon S3 data repository"
+                # (FSx for Lustre User Guide, "Using data repositories with Amazon FSx for Lustre":
+                # https://docs.aws.amazon.com/fsx/latest/LustreGuide/fsx-data-repositories.html).
+                automatic_backup_retention_days=0 if f.s3_import_path else FSX_BACKUP_RETENTION_DAYS,
                 # pulumi-aws 7 types this as one id: FSx for Lustre lives in exactly one subnet.
                 subnet_ids=subnet_ids[f.subnet],
                 security_group_ids=[fsx_security_group_id],
                 tags=cluster_tags(args.cluster, {"Name": f"{args.cluster}-{f.name}"}),
-                opts=child_opts(self),
+                opts=child_opts(self, pulumi.ResourceOptions(protect=True)),
             )
             self.fsx[f.name] = fs
             if f.s3_import_path:
@@ -140,9 +151,18 @@ class Storage(pulumi.ComponentResource):
                 performance_mode="generalPurpose",
                 throughput_mode=e.throughput_mode,
                 tags=cluster_tags(args.cluster, {"Name": f"{args.cluster}-{e.name}"}),
-                opts=child_opts(self),
+                opts=child_opts(self, pulumi.ResourceOptions(protect=True)),
             )
             self.efs[e.name] = efs
+            # Automatic daily backups (EFS API Reference, BackupPolicy: "If status has a value of
+            # ENABLED, the file system is being automatically backed up"): home directories are
+            # the one copy of users' files.
+            aws.efs.BackupPolicy(
+                f"{name}-{e.name}-backup",
+                file_system_id=efs.id,
+                backup_policy=aws.efs.BackupPolicyBackupPolicyArgs(status="ENABLED"),
+                opts=child_opts(self),
+            )
             for subnet in e.subnets:
                 aws.efs.MountTarget(
                     f"{name}-{e.name}-{subnet}",

@@ -4,11 +4,12 @@ import sys
 from pathlib import Path
 
 # The CLI runs this file with the pack folder as working directory; make `rules` importable
-# whether it is launched as a script or as part of the `policy` package.
+# (and `hardening`, `stateful`, `pack`) whether it is launched as a script or as part of the
+# `policy` package.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from pack import POLICIES
 from pulumi_policy import EnforcementLevel, PolicyPack
-from rules import POLICIES
 
 PolicyPack(
     name="clusterforge-policies",

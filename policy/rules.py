@@ -7,6 +7,8 @@ checking that a reference is *present* rather than reading its value.
 
 Each validator has the signature ``(args: ResourceValidationArgs, report_violation) -> None`` and
 is unit-tested by calling ``policy.validate(args, report)`` directly (tests/test_policy.py).
+This module holds the shared helpers and the first rules; ``hardening`` (IAM, ingress, KMS keys)
+and ``stateful`` (backups, ``protect``) hold the others, and ``pack.POLICIES`` lists them all.
 
 The pack is standalone (it does not import clusterforge, so it runs in its own virtualenv); the
 tag keys below are pinned to ``clusterforge.aws.outputs`` by a test.
@@ -71,6 +73,8 @@ TAGGABLE = frozenset(
 )
 
 SSH_PORT = 22
+#: Roles whose metadata hop limit must be 1 (the brief of the rule: compute and controller nodes).
+HOP_LIMIT_ROLES = ("compute", "controller")
 EFA_TYPES = ("efa", "efa-only")
 
 Props = Mapping[str, Any]
@@ -79,10 +83,10 @@ _PRESENT = object()
 """Stands for a value that is set but unknown during preview (a reference to another resource)."""
 
 
-def _get(props: Props | None, key: str, default: Any = None) -> Any:
+def _get(props: Any, key: str, default: Any = None) -> Any:
     """``props[key]`` without tripping the unknown-value proxy: a set-but-unknown value comes back
     as ``_PRESENT`` (the rule can tell "set" from "missing" without its value)."""
-    if props is None or not any(k == key for k in props):
+    if not isinstance(props, Mapping) or not any(k == key for k in props):  # None, _PRESENT, a scalar
         return default
     try:
         return props[key]
@@ -182,14 +186,26 @@ def _imdsv2(args: ResourceValidationArgs, report: ReportViolation) -> None:
         return
     if _get(md, "httpTokens") != "required":
         report("instance metadata must require IMDSv2 session tokens: metadataOptions.httpTokens: required", None)
+    role = node_role(args.resource_type, args.props)
+    hops = _get(md, "httpPutResponseHopLimit")
+    if role in HOP_LIMIT_ROLES and hops is not _PRESENT and hops != 1:
+        # Hop limit 1: the token reply dies at the first hop, so a container or anything else
+        # behind a bridge/NAT on the node cannot fetch the instance role's credentials. Unset is
+        # refused too: the AMI may raise the default (Amazon Linux 2023 sets 2).
+        report(
+            f"{role} instance metadata hop limit is {hops!r}: set metadataOptions.httpPutResponseHopLimit: 1 "
+            "(nothing behind another network hop on the node may reach the instance role's credentials)",
+            None,
+        )
 
 
 # --------------------------------------------------------------------------- SSH exposure
 
 
-def _ssh_from_anywhere(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    t, p = args.resource_type, args.props
-    rules: list[tuple[Any, Any, Any, list[Any]]] = []  # protocol, from, to, cidrs
+def ingress_rules(t: str, p: Props) -> list[tuple[Any, Any, Any, list[Any]]]:
+    """Every ingress rule of a security group, standalone rule or ingress rule resource, as
+    (protocol, from port, to port, CIDRs)."""
+    rules: list[tuple[Any, Any, Any, list[Any]]] = []
     if t == SG_INGRESS_RULE:
         rules.append(
             (
@@ -206,7 +222,11 @@ def _ssh_from_anywhere(args: ResourceValidationArgs, report: ReportViolation) ->
         for rule in _items(_get(p, "ingress")):
             cidrs = list(_items(_get(rule, "cidrBlocks"))) + list(_items(_get(rule, "ipv6CidrBlocks")))
             rules.append((_get(rule, "protocol"), _get(rule, "fromPort"), _get(rule, "toPort"), cidrs))
-    for protocol, lo, hi, cidrs in rules:
+    return rules
+
+
+def _ssh_from_anywhere(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    for protocol, lo, hi, cidrs in ingress_rules(args.resource_type, args.props):
         anywhere = [c for c in cidrs if _is_anywhere(c)]
         if anywhere and _covers_port(protocol, lo, hi, SSH_PORT):
             report(
@@ -246,15 +266,34 @@ def _efa_placement(args: ResourceValidationArgs, report: ReportViolation) -> Non
 # ---------------------------------------------------------------------- public IP on compute
 
 
+def node_role(t: str, p: Props) -> str:
+    """The node role an instance or launch template is for (its ``clusterforge:role`` tag; for a
+    launch template the tag it puts on its instances). Untagged or unknown counts as ``compute``,
+    the strictest role, so a missing tag never loosens a rule."""
+    if t == INSTANCE:
+        tags = _get(p, "tags")
+    elif t == LAUNCH_TEMPLATE:
+        specs = {_get(s, "resourceType"): _get(s, "tags") for s in _items(_get(p, "tagSpecifications"))}
+        tags = specs.get("instance")
+    else:
+        return ""
+    role = _get(tags, TAG_ROLE) if isinstance(tags, Mapping) else None
+    return role if isinstance(role, str) and role else "compute"
+
+
 def _no_public_ip_on_compute(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    # Compute nodes are launched from launch templates (Auto Scaling groups); only login
-    # instances may carry a public address.
-    if args.resource_type != LAUNCH_TEMPLATE:
+    # Compute nodes (launch templates of Auto Scaling groups) and controllers stay private; only a
+    # login node may carry a public address (infra/head.py gives it one only with SSH CIDRs).
+    t, p = args.resource_type, args.props
+    role = node_role(t, p)
+    if role in ("", "login"):
         return
-    for ni in _items(_get(args.props, "networkInterfaces")):
+    if t == INSTANCE and _truthy(_get(p, "associatePublicIpAddress")):
+        report(f"{role} instance asks for a public IP (associatePublicIpAddress); only login nodes may have one", None)
+    for ni in _items(_get(p, "networkInterfaces")) if t == LAUNCH_TEMPLATE else ():
         if _truthy(_get(ni, "associatePublicIpAddress")):
             report(
-                f"compute launch template interface (card {_get(ni, 'networkCardIndex')}, device "
+                f"{role} launch template interface (card {_get(ni, 'networkCardIndex')}, device "
                 f"{_get(ni, 'deviceIndex')}) asks for a public IP; compute nodes stay private",
                 None,
             )
@@ -294,14 +333,12 @@ def _required_tags(args: ResourceValidationArgs, report: ReportViolation) -> Non
 
 
 def _policy(
-    name: str, description: str, fn: Callable[[ResourceValidationArgs, ReportViolation], None]
+    name: str,
+    description: str,
+    fn: Callable[[ResourceValidationArgs, ReportViolation], None],
+    level: EnforcementLevel = EnforcementLevel.MANDATORY,
 ) -> ResourceValidationPolicy:
-    return ResourceValidationPolicy(
-        name=name,
-        description=description,
-        validate=fn,
-        enforcement_level=EnforcementLevel.MANDATORY,
-    )
+    return ResourceValidationPolicy(name=name, description=description, validate=fn, enforcement_level=level)
 
 
 ENCRYPTION = _policy(
@@ -309,7 +346,11 @@ ENCRYPTION = _policy(
     "EBS, launch-template and instance volumes, EFS, FSx for Lustre and cluster secrets are encrypted.",
     _encryption,
 )
-IMDSV2 = _policy("clusterforge-imdsv2-required", "Instances and launch templates require IMDSv2.", _imdsv2)
+IMDSV2 = _policy(
+    "clusterforge-imdsv2-required",
+    "Instances and launch templates require IMDSv2; compute and controller nodes with hop limit 1.",
+    _imdsv2,
+)
 NO_SSH_FROM_ANYWHERE = _policy(
     "clusterforge-no-ssh-from-anywhere",
     "No security group opens SSH to 0.0.0.0/0 or ::/0.",
@@ -322,7 +363,7 @@ EFA_PLACEMENT = _policy(
 )
 NO_PUBLIC_IP_ON_COMPUTE = _policy(
     "clusterforge-no-public-ip-on-compute",
-    "Compute launch templates never request a public IP.",
+    "Compute and controller nodes (launch templates, instances) never request a public IP; login may.",
     _no_public_ip_on_compute,
 )
 REQUIRED_TAGS_POLICY = _policy(

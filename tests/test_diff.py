@@ -411,6 +411,7 @@ def test_workflow_shape() -> None:
     assert 'clusterforge diff --base "origin/${BASE_REF}" --format markdown --output preview.md' in text
     assert f"const marker = '{MARKER}';" in text, "the comment is found by the report's own marker"
     assert "pulumi preview --stack" in text and "--json" in text
+    assert "--policy-pack policy " in text, "the real preview runs the policy pack"
 
 
 def test_workflow_passes_actionlint(tmp_path: Path) -> None:

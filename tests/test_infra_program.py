@@ -52,6 +52,7 @@ EXPECTED_COUNTS = {
         "aws:ec2/subnet:Subnet": 2,
         "aws:ec2/vpc:Vpc": 1,
         "aws:ec2/vpcEndpoint:VpcEndpoint": 1,
+        "aws:efs/backupPolicy:BackupPolicy": 1,  # automatic backups of home (policy pack: clusterforge-backups)
         "aws:efs/fileSystem:FileSystem": 1,
         "aws:efs/mountTarget:MountTarget": 1,
         "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": 1,

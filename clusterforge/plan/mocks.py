@@ -109,6 +109,10 @@ class RecordedResource:
     parent_urn: str | None
     custom: bool
     inputs: dict[str, Any] = field(default_factory=dict)
+    protect: bool = False
+    """the ``protect`` resource option (the policy pack's stateful-resource rule reads it)"""
+    property_dependencies: dict[str, list[str]] = field(default_factory=dict)
+    """input name -> URNs it depends on (the pack links a backup policy to its file system by it)"""
 
     @property
     def key(self) -> str:
@@ -171,6 +175,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):  # type: ignore[misc]  # pulum
                     parent_urn=request.parent or None,
                     custom=bool(request.custom),
                     inputs=clean(inputs),
+                    protect=bool(request.protect),
+                    property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
                 )
             )
         return response
