@@ -1,15 +1,19 @@
-"""How long a site's own Slurm packages take to build: docs/slurm-packages.md way (a), measured.
+"""How long a site's own Slurm packages take to build: docs/slurm-packages.md way (b), measured.
 
-    python3 benchmarks/slurm_deb_build.py [--suite trixie] [--jobs N] [--out DIR]
+    python3 benchmarks/slurm_deb_build.py [--tag slurm-25-05-8-1] [--suite trixie] [--jobs N] [--out DIR]
 
-Runs the page's commands for Debian's own source package (`packaging: debian`) in a throwaway
-overlay over the cached root filesystem of SUITE (clusterforge/local/rootfs.sh CACHE SUITE slurm;
-the cache itself is never written): a deb-src line, the build tools, `apt-get source slurm-wlm`,
-`apt-get build-dep ./`, `dpkg-buildpackage -b -uc -us` (with DEB_BUILD_OPTIONS=parallel=N, as a
-site would on a build host). Prints the seconds of each phase and the packages built; with
---out DIR the .deb files are copied there (a repository's input, docs/slurm-packages.md step 2).
-Needs root and deb.debian.org (the Debian archive). This is why CI does not build Slurm: the
-figure is the answer to "does it fit in the suite's 45 minutes".
+Runs the page's commands for the release's own packaging (`packaging: schedmd`, the `debian/`
+folder every tag carries from 23.11 on) in a throwaway overlay over the cached root filesystem of
+SUITE, the build host's OS (clusterforge/local/rootfs.sh CACHE SUITE slurm; the cache itself is
+never written): the tag's tree (`git archive` of SchedMD's repository, what the release tarball
+holds), the build tools, `mk-build-deps -i debian/control`, `debuild -b -uc -us` (with
+DEB_BUILD_OPTIONS=parallel=N, as a site would on a build host). Prints the seconds of each phase
+and the slurm-smd packages built; with --out DIR the .deb files are copied there (a repository's
+input, docs/slurm-packages.md step 2). Needs root, a clone of SchedMD's repository (--slurm-git)
+and the Debian archive. Way (a), Debian's source package, needs deb-src from a mirror that serves
+sources; this machine's mirror serves binary packages only (`apt-get source` gets 404 for the
+.dsc). This is why CI does not build Slurm: the figure answers "does it fit in the suite's 45
+minutes".
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import time
 from pathlib import Path
 
 CACHE = Path(os.environ.get("CLUSTERFORGE_CACHE", "/var/cache/clusterforge"))
+SLURM_GIT = Path("/work/.mirror/SchedMD+slurm/repo")
 
 # each phase prints "@@ name" before it starts; the script stops at the first failing command
 SCRIPT = r"""
@@ -34,17 +39,16 @@ M=$1 SUITE=$2 JOBS=$3
 mount -t overlay overlay -o lowerdir="$4",upperdir="$5",workdir="$6" "$M"
 mount -t proc proc "$M/proc"; mount --rbind /dev "$M/dev"; mount --rbind /sys "$M/sys"
 cp /etc/resolv.conf "$M/etc/resolv.conf"
-in() { chroot "$M" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root DEBIAN_FRONTEND=noninteractive \
+inroot() { chroot "$M" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root DEBIAN_FRONTEND=noninteractive \
   LC_ALL=C.UTF-8 DEB_BUILD_OPTIONS="parallel=$JOBS" bash -c "$1"; }
 echo "@@ tools"
-in "echo 'deb-src http://deb.debian.org/debian $SUITE main' > /etc/apt/sources.list.d/$SUITE-src.list
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends build-essential devscripts fakeroot dpkg-dev >/dev/null"
+inroot "apt-get update -qq && apt-get install -y -qq --no-install-recommends build-essential fakeroot devscripts equivs >/dev/null"
 echo "@@ source"
-in "mkdir -p /build && cd /build && apt-get source -qq slurm-wlm/$SUITE >/dev/null 2>&1 && ls -d slurm-wlm-*/"
+mkdir -p "$M/build/src" && git --git-dir="$7" archive "$8" | tar -x -C "$M/build/src"
 echo "@@ build-dep"
-in "cd /build/slurm-wlm-*/ && apt-get build-dep -y -qq ./ >/dev/null"
+inroot "cd /build/src && mk-build-deps -i -r -t 'apt-get -y -qq --no-install-recommends' debian/control >/dev/null"
 echo "@@ build"
-in "cd /build/slurm-wlm-*/ && dpkg-buildpackage -b -uc -us >/build/build.log 2>&1 || { tail -40 /build/build.log; exit 1; }"
+inroot "cd /build/src && debuild -b -uc -us >/build/build.log 2>&1 || { tail -40 /build/build.log; exit 1; }"
 echo "@@ done"
 ls "$M/build/"*.deb
 """
@@ -52,7 +56,9 @@ ls "$M/build/"*.deb
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--suite", default="trixie", help="the Debian release whose slurm-wlm is built (trixie: 24.11)")
+    ap.add_argument("--tag", default="slurm-25-05-8-1", help="the release to build (a tag of SchedMD's repository)")
+    ap.add_argument("--slurm-git", type=Path, default=SLURM_GIT, help="a clone of github.com/SchedMD/slurm")
+    ap.add_argument("--suite", default="trixie", help="the build host's Debian release (its cached rootfs)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", type=Path, help="copy the .deb files here")
     args = ap.parse_args()
@@ -69,10 +75,11 @@ def main() -> int:
         for d in dirs:
             d.mkdir()
         cmd = ["unshare", "-m", "--propagation", "private", "bash", "-c", SCRIPT, "build",
-               str(dirs[0]), args.suite, str(args.jobs), str(lower), str(dirs[1]), str(dirs[2])]
+               str(dirs[0]), args.suite, str(args.jobs), str(lower), str(dirs[1]), str(dirs[2]),
+               str(args.slurm_git), args.tag]
         marks: list[tuple[str, float]] = []
         debs: list[str] = []
-        print(f"Debian {args.suite}'s slurm-wlm, dpkg-buildpackage -b with parallel={args.jobs} on "
+        print(f"{args.tag} (debian/ of the release, slurm-smd-*) on Debian {args.suite}, debuild -b with parallel={args.jobs} on "
               f"{os.cpu_count()} cores (load before: {os.getloadavg()[0]:.2f})")
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as p:
             assert p.stdout is not None
@@ -89,8 +96,8 @@ def main() -> int:
         for (name, t0), (_, t1) in itertools.pairwise(marks):
             print(f"  {name:<10} {t1 - t0:8.1f} s")
         print(f"  {'total':<10} {marks[-1][1] - marks[0][1]:8.1f} s   ({len(debs)} packages)")
-        version = sorted({m.group(1) for d in debs if (m := re.match(r"slurmctld_([^_]+)_", d))})
-        print(f"  slurmctld {', '.join(version) or '?'}: " + " ".join(sorted(d.split("_")[0] for d in debs)))
+        version = sorted({m.group(1) for d in debs if (m := re.match(r"slurm-smd-slurmctld_([^_]+)_", d))})
+        print(f"  slurm-smd-slurmctld {', '.join(version) or '?'}: " + " ".join(sorted(d.split("_")[0] for d in debs)))
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
             for d in debs:

@@ -191,7 +191,7 @@ def _imdsv2(args: ResourceValidationArgs, report: ReportViolation) -> None:
     if role in HOP_LIMIT_ROLES and hops is not _PRESENT and hops != 1:
         # Hop limit 1: the token reply dies at the first hop, so a container or anything else
         # behind a bridge/NAT on the node cannot fetch the instance role's credentials. Unset is
-        # refused too: the AMI may raise the default (Amazon Linux 2023 sets 2).
+        # refused too: an AMI registered with ImdsSupport v2.0 sets it to 2 (EC2 API reference, Image.ImdsSupport).
         report(
             f"{role} instance metadata hop limit is {hops!r}: set metadataOptions.httpPutResponseHopLimit: 1 "
             "(nothing behind another network hop on the node may reach the instance role's credentials)",
