@@ -173,6 +173,12 @@ CASES: dict[str, tuple[Any, ...]] = {
          "start slurmd on cpu-[001-002],gpu-[001-002]"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
     ),
+    "global restart-all (AuthInfo from slurm.cred_expire_s)": (
+        None, lambda d: d["slurm"].update(cred_expire_s=30), None, ["slurm/slurm.conf"], {"restart-all"},
+        ["stop slurmd on cpu-[001-002],gpu-[001-002]", "install", "restart slurmctld",
+         "start slurmd on cpu-[001-002],gpu-[001-002]"],
+        {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
+    ),
     "global restart-slurmctld (StateSaveLocation)": (
         None, lambda d: d["slurm"].update(state_save_location="/srv/slurmctld"), None, ["slurm/slurm.conf"],
         {"restart-slurmctld"}, ["install", "restart slurmctld"],

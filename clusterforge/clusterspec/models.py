@@ -400,6 +400,11 @@ class SlurmSettings(Model):
         description="SlurmdTimeout: seconds without an answer before slurmctld marks a node DOWN and requeues "
         "its --requeue jobs",
     )
+    cred_expire_s: Annotated[int, Field(ge=5, le=86400)] | None = Field(
+        None,
+        description="AuthInfo=cred_expire: job credential lifetime in seconds; a requeued job also waits this "
+        "long (+1 s) before it may start again (Slurm's default 120; below 5 Slurm ignores it)",
+    )
     extra_conf: dict[Annotated[str, Field(pattern=r"^[A-Za-z]+$")], str] = Field(
         default_factory=dict, description="extra slurm.conf key=value lines (escape hatch, printed last)"
     )

@@ -98,6 +98,10 @@ GLOBAL_KEYS: dict[str, tuple[ImpactClass, str]] = {
     "AuthType": (ImpactClass.RESTART_ALL, "authentication plugin: all daemons must change together"),
     "CredType": (ImpactClass.RESTART_ALL, "job credential plugin: all daemons must change together"),
     "AuthAltTypes": (ImpactClass.RESTART_ALL, "authentication plugin: all daemons must change together"),
+    "AuthInfo": (
+        ImpactClass.RESTART_ALL,
+        "read once when the daemons load the credential plugin (slurm_cred.c); all must agree on the lifetime",
+    ),
     "SlurmctldHost": (ImpactClass.RESTART_ALL, "slurmd and clients locate the controller by it"),
     "SlurmctldPort": (ImpactClass.RESTART_ALL, "a TCP listening setting: needs a daemon restart"),
     "SlurmdPort": (ImpactClass.RESTART_ALL, "a TCP listening setting: needs a daemon restart"),
@@ -173,7 +177,7 @@ def global_rule(key: str, v: tuple[int, ...]) -> tuple[ImpactClass, str, str]:
         return (ImpactClass.RECONFIGURE, f"Slurm {release(v)}: reconfigure starts new daemons; {REEXEC_APPLIES[key]}",
                 _src(REEXEC))
     cls, why = GLOBAL_KEYS.get(key, (ImpactClass.RECONFIGURE, "applied by scontrol reconfigure"))
-    if key in ("SlurmctldPort", "SlurmdPort", "AuthType", "AuthAltTypes") and has(v, REEXEC):
+    if key in ("SlurmctldPort", "SlurmdPort", "AuthType", "AuthAltTypes", "AuthInfo") and has(v, REEXEC):
         return cls, f"{why}; Slurm {release(v)}'s reconfigure cannot change it", f"{SLURM_CONF}; {_src(REEXEC)}"
     return cls, why, SLURM_CONF
 

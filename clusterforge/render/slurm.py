@@ -52,6 +52,18 @@ def slurm_sections(m: ClusterModel) -> list[Section]:
                 Setting("SlurmUser", "slurm"),
                 Setting("AuthType", "auth/munge"),
                 Setting("CredType", "cred/munge"),
+                *(
+                    [
+                        Setting(
+                            "AuthInfo",
+                            f"cred_expire={s.cred_expire_s}",
+                            "credential lifetime; a requeued job waits it out before it starts again "
+                            "(job_mgr.c: begin_time = now + cred_expire + 1)",
+                        )
+                    ]
+                    if s.cred_expire_s is not None
+                    else []
+                ),
                 Setting("SlurmctldPort", "6817"),
                 Setting("SlurmdPort", "6818"),
                 Setting("StateSaveLocation", s.state_save_location),
