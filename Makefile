@@ -13,8 +13,9 @@ demo: setup
 demo-render: setup
 	scripts/demo-render.sh
 
+# the end-to-end local clusters and the rest of the suite side by side (scripts/run-tests.sh says why)
 test: setup
-	python3 -m pytest -q -p no:cacheprovider --durations=25
+	scripts/run-tests.sh
 
 # only the end-to-end local cluster test (tests/test_local_cluster.py): bare nodes -> jobs -> faults -> down
 test-local: setup

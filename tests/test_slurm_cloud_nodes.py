@@ -24,7 +24,7 @@ pytestmark = [
         reason="needs Debian's slurmctld/slurmd and root (CI installs them and runs as root)",
     ),
 ]
-NET = "10.83.0"
+NET = "10.85.0"  # not the crash test's 10.83 (tests/test_local_cluster.py): the suites run side by side
 NS = ("cfcloud-ctl", "cfcloud-n1", "cfcloud-n2")
 
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The whole suite as two pytest processes side by side, which is what `make test` (and so CI)
+# runs: the end-to-end local clusters (`-m local`) spend most of their time waiting on booting
+# nodes, apt, systemd and Slurm's timers, while the rest of the suite is CPU-bound. Side by side
+# they finish about when the local clusters alone would. They cannot meet: every test that makes
+# network namespaces has its own /24 and name prefix (10.81 on-prem, 10.82 AWS flavour, 10.83
+# crash test, 10.84 lifecycle, 10.85 cloud nodes, 10.87 roles), and each process has its own
+# --basetemp. The end-to-end output is printed when both are done (and if this script is killed).
+# Extra arguments go to both pytest processes.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+base="${TMPDIR:-/tmp}/pytest-of-$(id -un)"
+mkdir -p "$base"
+log="$base/local-suite.log"
+opts=(-q -p no:cacheprovider --durations=15 "$@")
+python3 -m pytest "${opts[@]}" -m local --basetemp="$base/pytest-local" >"$log" 2>&1 &
+local_pid=$!
+show_local() {
+  echo
+  echo "==== end-to-end local clusters (pytest -m local; log $log) ===="
+  cat "$log"
+}
+# a killed run still shows what the end-to-end half printed, and does not leave it running
+trap 'kill "$local_pid" 2>/dev/null; wait "$local_pid" 2>/dev/null; show_local; exit 130' INT TERM
+echo "==== the rest of the suite (pytest -m 'not local'), beside the end-to-end local clusters ===="
+python3 -m pytest "${opts[@]}" -m "not local" --basetemp="$base/pytest-unit"
+rest=$?
+wait "$local_pid"
+local_rc=$?
+trap - INT TERM
+show_local
+echo "run-tests: not-local exit $rest, local exit $local_rc"
+# 5 is pytest's "no tests collected": fine for one half when a -k or path narrowed the run
+ok() { [ "$1" = 0 ] || [ "$1" = 5 ]; }
+if ok "$rest" && ok "$local_rc" && ! { [ "$rest" = 5 ] && [ "$local_rc" = 5 ]; }; then exit 0; fi
+[ "$rest" != 0 ] && [ "$rest" != 5 ] && exit "$rest"
+exit "$local_rc"
