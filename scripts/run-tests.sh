@@ -9,7 +9,8 @@
 # Extra arguments go to both pytest processes.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-base="${TMPDIR:-/tmp}/pytest-of-$(id -un)"
+# not under /tmp/pytest-of-<user>: any other pytest run there deletes folders it did not number
+base="${TMPDIR:-/tmp}/clusterforge-tests"
 mkdir -p "$base"
 log="$base/local-suite.log"
 opts=(-q -p no:cacheprovider --durations=15 "$@")
