@@ -12,6 +12,8 @@ each verb's body is a few lines over the library.
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -38,6 +40,13 @@ app = typer.Typer(
 )
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+def _write_path(value: str | Path) -> Path:
+    """A path the verb writes to: an empty value (an unset ``"$OUT"``) is refused, not taken as ``.``."""
+    if not str(value).strip():
+        raise typer.BadParameter("an empty path; give the folder or file to write, e.g. --out out/")
+    return Path(value)
+
 
 SpecArg = Annotated[Path, typer.Argument(help="cluster spec YAML, e.g. examples/p5-training.yaml")]
 # --facts means the same to every verb: clusterforge.resolve applies the facts before validation
@@ -122,7 +131,7 @@ def validate_cmd(
 @app.command("render")
 def render_cmd(
     spec: SpecArg,
-    out_dir: Annotated[Path, typer.Option("--out", help="output folder (written atomically)")],
+    out_dir: Annotated[Path, typer.Option("--out", help="output folder (written atomically)", parser=_write_path)],
     facts: FactsOpt = None,
     slurm_version: Annotated[
         str | None, typer.Option(help=f"render for this Slurm version ({', '.join(SLURM_VERSIONS)})")
@@ -167,6 +176,9 @@ def check_cmd(
     from clusterforge.check import check_dir, format_report
     from clusterforge.render.manifest import Manifest
 
+    if not math.isfinite(timeout) or timeout <= 0:  # nan and inf pass click's float parsing
+        raise ClusterforgeError(f"--timeout {timeout!r}: give the seconds the check may wait, a number > 0 (e.g. 30)")
+
     Manifest.read(rendered)  # a missing, old or malformed manifest is bad input: its message, exit 2
     if build_rootfs:
         err.print("check: builds the release family's root filesystem first if it is missing (timed as rootfs_build)")
@@ -196,7 +208,9 @@ def inventory_cmd(
     stack_outputs: Annotated[
         Path | None, typer.Option(help="`pulumi stack output --json` of the AWS stack (cloud node groups)")
     ] = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", help="default inventories/generated/<cluster>")] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="default inventories/generated/<cluster>", parser=_write_path)
+    ] = None,
     manifest_dir: Annotated[
         Path | None, typer.Option(help="an existing render to point at (default: render next to the inventory)")
     ] = None,
@@ -294,10 +308,14 @@ def diff_cmd(
     base_spec: Annotated[Path | None, typer.Option(help="compare this spec file ... (with --head-spec)")] = None,
     head_spec: Annotated[Path | None, typer.Option(help="... against this one, without git")] = None,
     fmt: Annotated[str, typer.Option("--format", help="terminal, markdown (a PR comment) or json")] = "terminal",
-    output: Annotated[Path | None, typer.Option(help="write the report to this file instead of stdout")] = None,
-    json_output: Annotated[Path | None, typer.Option(help="also write the JSON report to this file")] = None,
+    output: Annotated[
+        Path | None, typer.Option(help="write the report to this file instead of stdout", parser=_write_path)
+    ] = None,
+    json_output: Annotated[
+        Path | None, typer.Option(help="also write the JSON report to this file", parser=_write_path)
+    ] = None,
     plan: Annotated[bool, typer.Option(help="plan AWS resources with Pulumi's mock engine (--no-plan skips)")] = True,
-    max_chars: Annotated[int, typer.Option(help="size cap of the markdown form")] = 60_000,
+    max_chars: Annotated[int, typer.Option(help="size cap of the markdown form", min=1)] = 60_000,
     facts: Annotated[
         Path | None, typer.Option("--facts", help="discovered hardware facts folder; both sides resolve with it")
     ] = None,
@@ -322,22 +340,41 @@ def diff_cmd(
         report = diff_refs(
             Path.cwd(), base=base, head=head, specs=[str(s) for s in specs or []], plan=plan, facts_dir=facts
         )
+    if facts is not None and not report.errors:
+        # identical sides are not resolved at all, so a broken --facts folder would pass unread
+        from clusterforge.resolve import load_facts
+
+        load_facts(facts)
     if json_output is not None:
-        json_output.write_text(to_json(report), encoding="utf-8")
+        _write_report(json_output, "--json-output", to_json(report))
     if fmt == "terminal":
-        console = Console(highlight=False, soft_wrap=True, file=output.open("w", encoding="utf-8") if output else None)
-        print_terminal(report, console)
         if output:
-            console.file.close()
+            buf = Console(highlight=False, soft_wrap=True, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+            print_terminal(report, buf)
+            buf.file.close()
+            _write_report(output, "--output", buf.export_text())
+        else:
+            print_terminal(report, Console(highlight=False, soft_wrap=True))
     else:
         text = to_json(report) if fmt == "json" else to_markdown(report, max_chars=max_chars)
         if output:
-            output.write_text(text, encoding="utf-8")
+            _write_report(output, "--output", text)
         else:
             sys.stdout.write(text)
     for s in report.errors:  # also on stderr, whatever the format went to
         sys.stderr.write(f"error: {s.spec}: {s.error}\n")
     raise typer.Exit(report.exit_code)
+
+
+def _write_report(path: Path, option: str, text: str) -> None:
+    """A report file that cannot be written (a folder, a missing parent, read-only) is bad input."""
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ClusterforgeError(
+            f"{option} {str(path)!r}: cannot write the report there ({exc.strerror or exc}); "
+            "give a file path in an existing, writable folder"
+        ) from None
 
 
 local_app = typer.Typer(
@@ -575,11 +612,28 @@ def catalog_cmd(
 
 
 def main() -> None:
+    # standalone_mode=False: click's usage errors come back here, so that the ones click raises
+    # before it knows the command (an option without its value) also get the "Try --help" line
     try:
-        app(standalone_mode=True)
+        code = app(standalone_mode=False)
+    except typer.Abort:
+        err.print("Aborted!", markup=False)
+        sys.exit(1)
+    except typer.TyperException as exc:  # typer's own click: its usage errors (exit 2)
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()  # type: ignore[attr-defined]
+        else:
+            from typer.rich_utils import rich_format_error
+
+            rich_format_error(exc)  # type: ignore[arg-type]
+            if getattr(exc, "ctx", None) is None:
+                verb = " ".join(a for a in sys.argv[1:2] if not a.startswith("-"))
+                err.print(f"Try 'clusterforge {verb + ' ' if verb else ''}--help' for help.", markup=False)
+        sys.exit(getattr(exc, "exit_code", 2))
     except ClusterforgeError as exc:
         err.print(f"error: {exc}", markup=False)
         sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -96,15 +96,24 @@ class ResolvedCluster:
         return self
 
 
-def _load_facts(facts_dir: Path) -> dict[str, Any]:
-    from clusterforge.catalog.facts import load_facts_dir
+def load_facts(facts_dir: Path, origin: str = "--facts") -> dict[str, Any]:
+    """``origin`` is where the folder came from ("--facts" or the spec's "facts_dir"), for messages."""
+    from clusterforge.catalog.facts import FactsError, load_facts_dir
 
     if not facts_dir.is_dir():
+        why = "is not a folder" if facts_dir.exists() else "does not exist"
         raise SpecError(
-            f"facts folder {str(facts_dir)!r} does not exist; run playbooks/discover.yml to collect it, "
+            f"{origin}: facts folder {str(facts_dir)!r} {why}; run playbooks/discover.yml to collect it, "
             "or drop --facts / facts_dir"
         )
-    return load_facts_dir(facts_dir)
+    try:
+        return load_facts_dir(facts_dir)
+    except FactsError as exc:
+        # the parsers say what is wrong with which file; this says which option led there and the fix
+        raise FactsError(
+            f"{origin} {str(facts_dir)!r}: {exc}. Fix: save the tools' output again with playbooks/discover.yml "
+            f"(<dir>/<hostname>/slurmd-C.txt, lscpu.txt, ...), or drop {origin}"
+        ) from None
 
 
 def _resolve_group(g: NodeGroup, facts: dict[str, Any]) -> ResolvedGroup:
@@ -137,9 +146,11 @@ def resolve(
                 f"--slurm-version {slurm_version!r} is not supported; use one of {', '.join(SLURM_VERSIONS)}"
             )
         cluster = cluster.model_copy(update={"slurm": cluster.slurm.model_copy(update={"version": slurm_version})})
+    origin = "--facts"
     if facts_dir is None and cluster.facts_dir is not None and (base_dir / cluster.facts_dir).is_dir():
         facts_dir = base_dir / cluster.facts_dir  # a missing spec facts_dir is a validation error
-    facts = _load_facts(facts_dir) if facts_dir is not None else {}
+        origin = "facts_dir"
+    facts = load_facts(facts_dir, origin) if facts_dir is not None else {}
     groups = tuple(_resolve_group(g, facts) for g in cluster.node_groups)
     profiles = {g.name: g.profile for g in groups}
     findings = tuple(validate(cluster, base_dir, profiles=profiles, facts_dir=facts_dir))

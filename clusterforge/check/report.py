@@ -119,6 +119,18 @@ class CheckReport:
         return out
 
 
+# What to do about each kind of problem (the report's last word, so no failure ends without one).
+FIX_CONFIG = (
+    "change the spec (or undo the edit to the rendered files), run `clusterforge render` again and re-check"
+)
+FIXES = {
+    ProblemKind.MANIFEST: "render again with `clusterforge render SPEC --out DIR` and check that folder",
+    ProblemKind.ENVIRONMENT: "run the check as root on a host with the release family's daemons, or pass "
+    "--build-rootfs",
+    ProblemKind.TIMEOUT: "give the daemons more time with --timeout, or look at the log lines above",
+}
+
+
 def format_report(report: CheckReport) -> str:
     head = "OK" if report.ok else f"FAILED ({len(report.problems)} problem{'s' * (len(report.problems) != 1)})"
     total = report.timings.get("total")
@@ -131,6 +143,8 @@ def format_report(report: CheckReport) -> str:
     if report.problems:
         lines.append("problems:")
         lines += [f"  [{p.kind}] {p.message}" for p in report.problems]
+        fixes = dict.fromkeys(FIXES.get(p.kind, FIX_CONFIG) for p in report.problems)
+        lines += [f"fix: {f}" for f in fixes]
     if report.overrides:
         lines.append("overrides in the check's private copy (the rendered files are unchanged):")
         for o in report.overrides:

@@ -163,7 +163,7 @@ def parse_spec(data: Any, source: str = "spec") -> Cluster:
     if not isinstance(data, dict):
         raise SpecError(
             f"{source}: the spec must be a YAML mapping (name:, node_groups:, ...), "
-            f"not {type(data).__name__}"
+            f"not {'an empty file' if data is None else type(data).__name__}; write one such as examples/local.yaml"
         )
     try:
         return Cluster.model_validate(data)
@@ -181,8 +181,16 @@ def load_spec(path: str | Path) -> Cluster:
         raise SpecError(f"{str(p)!r} is a folder; pass the path of a cluster YAML file")
     try:
         text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read spec file {str(p)!r}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        line = p.read_bytes()[: exc.start].count(b"\n") + 1
+        raise SpecError(
+            f"spec file {str(p)!r}, line {line}: byte {exc.object[exc.start]:#04x} is not UTF-8 ({exc.reason}); "
+            "save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) or remove that byte"
+        ) from None
+    except OSError as exc:
+        raise SpecError(
+            f"cannot read spec file {str(p)!r}: {exc.strerror or exc}; pass the path of a readable cluster YAML file"
+        ) from None
     try:
         loader = _SpecLoader(text)
         try:

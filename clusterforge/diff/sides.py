@@ -192,12 +192,23 @@ def referenced_paths(spec_text: bytes) -> list[str]:
 
 def _fingerprint(root: Path, spec: Path, refs: list[str]) -> str:
     h = hashlib.sha256(spec.read_bytes())
+    from clusterforge.catalog.facts.load import FACT_FILES
+
     for ref in sorted(refs):
         p = spec.parent / ref
-        files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else ([p] if p.is_file() else [])
-        for f in files:
-            h.update(str(f.relative_to(root) if f.is_relative_to(root) else f).encode())
-            h.update(hashlib.sha256(f.read_bytes()).digest())
+        try:
+            # a facts folder: only the files the loader reads (<dir>/<host>/<fact file>), never a walk
+            # of whatever the spec names (facts_dir: / would walk the whole filesystem, /proc would block)
+            files = (
+                sorted(f for name in FACT_FILES for f in p.glob(f"*/{name}") if f.is_file())
+                if p.is_dir()
+                else ([p] if p.is_file() else [])
+            )
+            for f in files:
+                h.update(str(f.relative_to(root) if f.is_relative_to(root) else f).encode())
+                h.update(hashlib.sha256(f.read_bytes()).digest())
+        except OSError as exc:  # unreadable: resolving the spec reports it; here it only must not match
+            h.update(f"{ref}: {exc}".encode())
     return h.hexdigest()
 
 

@@ -45,7 +45,7 @@ def build_plan(
     if cluster.aws is None or not layout.cloud_groups(cluster):
         raise PlanError(
             f"cluster {cluster.name!r} has no cloud node groups (or no 'aws' section): there is nothing "
-            "for Pulumi to create; `clusterforge render` covers on-prem-only clusters"
+            "for Pulumi to create; use `clusterforge render` for on-prem-only clusters"
         )
     try:
         from clusterforge.plan.mocks import run_program

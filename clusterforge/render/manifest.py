@@ -241,5 +241,7 @@ class Manifest(_M):
                 f"{str(folder)!r} holds no {MANIFEST_NAME}; run `clusterforge render SPEC --out {folder}` first"
             ) from None
         except (OSError, UnicodeDecodeError) as exc:
-            raise ManifestError(f"cannot read {path}: {exc}") from None
+            raise ManifestError(
+                f"cannot read {path}: {exc}; render again with `clusterforge render SPEC --out {folder}`"
+            ) from None
         return cls.from_text(text, str(path))

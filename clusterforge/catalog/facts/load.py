@@ -12,6 +12,7 @@ host, in this layout (every file optional)::
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from clusterforge.catalog.facts.ibstat import parse_ibstat
@@ -27,7 +28,6 @@ NVIDIA_TOPO_FILE = "nvidia-smi-topo.txt"
 ROCM_TOPO_FILE = "rocm-smi-topo.txt"
 IBSTAT_FILE = "ibstat.txt"
 FACT_FILES = (SLURMD_C_FILE, LSCPU_FILE, NVIDIA_TOPO_FILE, ROCM_TOPO_FILE, IBSTAT_FILE)
-
 
 
 def _read(f: Path) -> tuple[str, str]:
@@ -54,6 +54,11 @@ def load_facts_dir(path: Path) -> dict[str, HostFacts]:
     out: dict[str, HostFacts] = {}
     for host_dir in hosts:
         name = host_dir.name
+        # a fact file's name that is not a readable regular file (a dangling symlink, a loop, a
+        # folder) is a broken copy, not a fact the host lacks: skipping it would drop the fact silently
+        for f in FACT_FILES:
+            if os.path.lexists(host_dir / f) and not (host_dir / f).is_file():
+                raise FactsError(f"{host_dir / f}: not a readable file (a folder, a dangling symlink or a loop)")
         found = [f for f in FACT_FILES if (host_dir / f).is_file()]
         if not found:
             raise FactsError(f"{host_dir}: none of {', '.join(FACT_FILES)} found")
