@@ -54,6 +54,12 @@ FactsOpt = Annotated[
     Path | None, typer.Option(help="facts folder from playbooks/discover.yml (overrides the spec's facts_dir)")
 ]
 
+# --force means the same to every verb that writes a render: replace a folder that holds another
+# cluster's render, or files but no manifest.json (clusterforge.render.writer refuses it otherwise)
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="replace a render folder of another cluster, or one that holds no manifest.json")
+]
+
 
 def _resolve(spec: Path, facts: Path | None = None, slurm_version: str | None = None) -> ResolvedCluster:
     from clusterforge.resolve import resolve_file
@@ -136,6 +142,7 @@ def render_cmd(
     slurm_version: Annotated[
         str | None, typer.Option(help=f"render for this Slurm version ({', '.join(SLURM_VERSIONS)})")
     ] = None,
+    force: ForceOpt = False,
 ) -> None:
     """Render slurm.conf, gres.conf, cgroup.conf, topology, slurmdbd.conf, NCCL and health checks."""
     from clusterforge.render import render
@@ -144,7 +151,7 @@ def render_cmd(
     rc = _resolve(spec, facts, slurm_version)
     _refuse_errors(rc, "rendered")
     result = render(rc)
-    changed = write_render(result, out_dir)
+    changed = write_render(result, out_dir, force=force)
     files = _table("file", "node path", "sha256", "node groups")
     for f in sorted(result.files.values(), key=lambda f: f.name):
         files.add_row(f.name, f.node_path, f.sha256[:12], ", ".join(f.groups))
@@ -215,13 +222,16 @@ def inventory_cmd(
         Path | None, typer.Option(help="an existing render to point at (default: render next to the inventory)")
     ] = None,
     facts: FactsOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Write the Ansible inventory (hosts, groups, contract variables) for the spec and render it."""
     from clusterforge.inventory import generate_inventory
 
     rc = _resolve(spec, facts)
     _refuse_errors(rc, "written")
-    res = generate_inventory(rc, stack_outputs=stack_outputs, out_dir=out_dir, manifest_dir=manifest_dir)
+    res = generate_inventory(
+        rc, stack_outputs=stack_outputs, out_dir=out_dir, manifest_dir=manifest_dir, force=force
+    )
     out.print(f"inventory: {res.out_dir} ({len(res.written)} files)", markup=False)
     out.print(f"rendered configs: {res.manifest_dir}", markup=False)
 
@@ -240,6 +250,7 @@ def configure_cmd(
         Path | None, typer.Option(help="Ansible Vault password file for group_vars/all/vault.yml")
     ] = None,
     facts: FactsOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Render, write the inventory and run the playbook through ansible-runner, with progress."""
     from clusterforge.configure import TextProgress, configure
@@ -255,6 +266,7 @@ def configure_cmd(
         inventory_dir=inventory_dir,
         vault_password_file=vault_password_file,
         facts_dir=facts,
+        force=force,
         progress=TextProgress(lambda line: out.print(line, markup=False)),
     )
     for f in res.failures:

@@ -77,7 +77,8 @@ def test_second_write_changes_nothing(tmp_path: Path) -> None:
 def test_write_replaces_whole_set(tmp_path: Path) -> None:
     out = tmp_path / "out"
     write_render(render_cluster(load_spec(EXAMPLES / "onprem-dgx.yaml"), base_dir=EXAMPLES), out)
-    write_render(render_cluster(load_spec(EXAMPLES / "p5-training.yaml"), base_dir=EXAMPLES), out)
+    # another cluster's render is only replaced with force (tests/test_writer.py has the refusal)
+    write_render(render_cluster(load_spec(EXAMPLES / "p5-training.yaml"), base_dir=EXAMPLES), out, force=True)
     manifest = json.loads((out / MANIFEST).read_text())
     assert manifest["cluster"] == "p5-training"
     assert not (out / "slurm/topology.conf").exists(), "a file of the previous render survived"
@@ -114,7 +115,7 @@ def test_killed_render_leaves_previous_output(tmp_path: Path) -> None:
             real_fsync(fd)
         w.os.fsync = fsync
         r = render_cluster(load_spec({str(EXAMPLES / 'p5-training.yaml')!r}), base_dir=Path({str(EXAMPLES)!r}))
-        w.write_render(r, Path({str(out)!r}))
+        w.write_render(r, Path({str(out)!r}), force=True)  # another cluster's render: replaced on purpose
         """
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)

@@ -861,6 +861,87 @@ def test_the_role_notifies_the_handlers_the_policy_names(tmp_path: Path) -> None
     assert changed == {"ctl": 4, "cpu-001": 4}
 
 
+@pytest.mark.skipif(not __import__("shutil").which("ansible-playbook"), reason="ansible-core is not installed")
+def test_the_role_refuses_an_installed_file_the_manifest_did_not_hash(tmp_path: Path) -> None:
+    """tasks/config.yml checks each installed file's SHA-256 against manifest.json. One local cpu
+    node (files under a temporary root, handlers replaced by no-ops), four runs: the install; a
+    second run (changed=0); check mode on a changed render (the files the copy would change are not
+    on the node yet, and are not checked); then a rendered file edited after the render: the run
+    fails, naming the file, both hashes and the fix. The untouched runs pass."""
+    import getpass
+    import os
+    import pwd
+    import shutil
+    import subprocess
+    import sys
+
+    try:
+        user = pwd.getpwnam("slurm").pw_name
+    except KeyError:
+        user = getpass.getuser()
+    roles = tmp_path / "roles"
+    shutil.copytree(ROOT / "roles" / "slurm", roles / "slurm")
+    (roles / "slurm" / "handlers" / "main.yml").write_text(yaml.safe_dump([
+        {"name": t, "ansible.builtin.debug": {"msg": t}} for t in HANDLER_ORDER
+    ], sort_keys=False))
+    render, root = tmp_path / "render", tmp_path / "root"
+    # the role reads the render through a symlinked folder, as it does where the filesystem has no
+    # RENAME_EXCHANGE (clusterforge/render/writer.py: `out` is a link to the current version)
+    link = tmp_path / "render-link"
+    link.symlink_to("render")
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {
+        "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                 "clusterforge_cluster_name": "local", "clusterforge_service_manager": "direct",
+                 "clusterforge_accounting": {"enabled": False}},
+        "hosts": {"cpu-001": {"clusterforge_node_group": "cpu", "clusterforge_manifest_dir": str(link)}},
+        "children": {"slurm_compute": {"hosts": {"cpu-001": {}}}},
+    }}))
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([{
+        "name": "Slurm role config tasks", "hosts": "all", "gather_facts": False,
+        "tasks": [{"name": "Config", "ansible.builtin.import_role": {"name": "slurm", "tasks_from": "config.yml"}}],
+    }], sort_keys=False))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(roles),
+           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
+
+    def write(spec: dict[str, Any]) -> None:
+        result = render_cluster(parse_spec(spec, "test"), base_dir=EXAMPLES)
+        (root / "usr" / "local" / "sbin").mkdir(parents=True, exist_ok=True)  # the health script's folder
+        _install_render(result.manifest(), {n: f.content for n, f in result.files.items()}, render, root, user)
+
+    def run(*extra: str) -> tuple[int, int, str]:
+        p = subprocess.run(["ansible-playbook", "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"), *extra],
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env, check=False)
+        m = re.search(r"^cpu-001\s+: ok=\d+\s+changed=(\d+)", p.stdout, re.M)
+        return p.returncode, int(m.group(1)) if m else -1, p.stdout + p.stderr
+
+    spec = _base_spec()
+    write(spec)
+    rc, _, text = run()
+    assert rc == 0, text[-4000:]
+    assert "Check the installed files against the manifest's SHA-256" in text
+    rc, changed, text = run()
+    assert (rc, changed) == (0, 0), text[-4000:]
+
+    _group(spec, "cpu").update(weight=20)  # slurm.conf changes: check mode installs nothing, and passes
+    write(spec)
+    rc, _, text = run("--check")
+    assert rc == 0, text[-4000:]
+    assert "Weight=20" not in (root / "etc" / "slurm" / "slurm.conf").read_text()
+
+    manifest = json.loads((render / "manifest.json").read_text())
+    entry = next(f for f in manifest["files"] if f["name"] == "slurm/cgroup.conf")
+    tampered = (render / "slurm" / "cgroup.conf").read_bytes() + b"ConstrainSwapSpace=no\n"
+    (render / "slurm" / "cgroup.conf").write_bytes(tampered)
+    rc, _, text = run()
+    assert rc != 0
+    flat = " ".join(text.split())
+    node_path = entry["node_path"]
+    assert node_path.startswith(str(root)) and node_path.endswith("/etc/slurm/cgroup.conf")
+    assert f"{node_path} on cpu-001 has SHA-256 {hashlib.sha256(tampered).hexdigest()}" in flat, text[-4000:]
+    assert f"gives slurm/cgroup.conf SHA-256 {entry['sha256']}" in flat
+    assert f"Render again (`clusterforge render SPEC --out {link}`)" in flat
+
+
 def test_no_role_reads_rendered_config_text() -> None:
     """The roles take what they need from manifest.json; a rendered file's text is only ever copied
     to the nodes (the one lookup of one is the secrets fill on its way there)."""

@@ -198,8 +198,11 @@ def configure(
     envvars: Mapping[str, str] | None = None,
     regenerate: bool = True,
     facts_dir: Path | None = None,
+    force: bool = False,
 ) -> ConfigureResult:
-    """Render the spec, write its inventory and run ``playbooks/<playbook>`` with ansible-runner."""
+    """Render the spec, write its inventory and run ``playbooks/<playbook>`` with ansible-runner.
+
+    ``force``: write the render even over a folder of another cluster's render (``write_render``)."""
     try:
         import ansible_runner
     except ImportError:
@@ -222,7 +225,7 @@ def configure(
     cluster = rc.spec
     inv_dir = Path(inventory_dir) if inventory_dir else Path("inventories") / "generated" / cluster.name
     if regenerate:
-        generate_inventory(rc, stack_outputs=stack_outputs, out_dir=inv_dir)
+        generate_inventory(rc, stack_outputs=stack_outputs, out_dir=inv_dir, force=force)
     elif not (inv_dir / "hosts.yml").is_file():
         raise ConfigureError(f"{inv_dir} holds no hosts.yml; run `clusterforge inventory {spec_path}` first")
 

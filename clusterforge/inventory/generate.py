@@ -386,8 +386,11 @@ def generate_inventory(
     manifest_dir: Path | None = None,
     render: bool = True,
     ec2_access: Ec2Access | None = None,
+    force: bool = False,
 ) -> InventoryResult:
     """Render a resolved spec (unless ``manifest_dir`` is given) and write its inventory folder.
+
+    ``force``: write the render even over a folder of another cluster's render (``write_render``).
 
     Refuses a spec with errors exactly as ``render`` does (``ResolvedCluster.require_valid``)."""
     rc.require_valid("written")
@@ -402,7 +405,10 @@ def generate_inventory(
     if out_dir.exists() and not out_dir.is_dir():
         raise InventoryError(f"--out {str(out_dir)!r} is a file; give a folder for the inventory")
     if manifest_dir is not None:
-        mdir = Path(manifest_dir).resolve()
+        # absolute, symlinks kept: a render folder is a symlink to its current version where the
+        # filesystem has no RENAME_EXCHANGE (render/writer.py), and the inventory must name the
+        # link, not a version the next renders remove
+        mdir = Path(os.path.abspath(manifest_dir))
         if not (mdir / "manifest.json").is_file():
             raise InventoryError(
                 f"{str(mdir)!r} holds no manifest.json; run `clusterforge render {spec_path} --out {mdir}`"
@@ -419,7 +425,7 @@ def generate_inventory(
         from clusterforge.render import render as render_files
         from clusterforge.render.writer import write_render
 
-        write_render(render_files(rc), mdir)
+        write_render(render_files(rc), mdir, force=force)
     try:
         written = write_inventory(inv, out_dir)
     except OSError as exc:  # a file where a folder is needed, a read-only folder: the user's to fix
