@@ -1,11 +1,11 @@
 """IAM: one least-privilege instance role for the controller and one for the other nodes
 (which also claim their Slurm names at boot: ``names_table_arn``; the controller retires them at
-scale-in)."""
+scale-in). The controller's right to read the cluster secrets is granted where the secrets and
+their key are made (``infra/secrets.py``), once the parameters exist."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -42,9 +42,10 @@ class IamArgs:
 
 class Iam(pulumi.ComponentResource):
     """Instance roles and profiles. Policies are JSON built by ``clusterforge.aws.iam`` (pure,
-    unit-tested); only the secret-read policy waits for parameter ARNs, via ``Output.json_dumps``
-    (an Output of a document, not a resource created inside ``apply``)."""
+    unit-tested); those that wait for an ARN get it through ``Output.apply`` on the document (an
+    Output of a document, not a resource created inside ``apply``)."""
 
+    controller_role: aws.iam.Role | None
     controller_profile: aws.iam.InstanceProfile | None
     node_profile: aws.iam.InstanceProfile | None
 
@@ -52,12 +53,12 @@ class Iam(pulumi.ComponentResource):
         self,
         name: str,
         args: IamArgs,
-        secret_parameter_arns: Sequence[pulumi.Input[str]] = (),
         names_table_arn: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(f"{TOKEN_PREFIX}:Iam", name, None, opts)
         tags = cluster_tags(args.cluster)
+        self.controller_role = None
         self.controller_profile = None
         self.node_profile = None
 
@@ -76,6 +77,13 @@ class Iam(pulumi.ComponentResource):
                     policy_arn=docs.managed_policy_arn(args.region, policy),
                     opts=child_opts(self),
                 )
+            # Session Manager and Run Command without AmazonSSMManagedInstanceCore's parameter reads.
+            aws.iam.RolePolicy(
+                f"{name}-{kind}-ssm-agent",
+                role=r.id,
+                policy=json.dumps(docs.ssm_agent_policy(), sort_keys=True),
+                opts=child_opts(self),
+            )
             if args.s3_bucket:
                 aws.iam.RolePolicy(
                     f"{name}-{kind}-s3-read",
@@ -90,6 +98,7 @@ class Iam(pulumi.ComponentResource):
             controller_role, self.controller_profile = role(
                 "controller", f"clusterforge {args.cluster}: Slurm controller"
             )
+            self.controller_role = controller_role
             aws.iam.RolePolicy(
                 f"{name}-controller-topology",
                 role=controller_role.id,
@@ -103,15 +112,6 @@ class Iam(pulumi.ComponentResource):
                     role=controller_role.id,
                     policy=pulumi.Output.from_input(names_table_arn).apply(
                         lambda arn: json.dumps(docs.scale_in_policy(args.region, args.cluster, arn), sort_keys=True)
-                    ),
-                    opts=child_opts(self),
-                )
-            if secret_parameter_arns:
-                aws.iam.RolePolicy(
-                    f"{name}-controller-secrets",
-                    role=controller_role.id,
-                    policy=pulumi.Output.all(*secret_parameter_arns).apply(
-                        lambda arns: json.dumps(docs.secret_read_policy(list(arns)), sort_keys=True)
                     ),
                     opts=child_opts(self),
                 )

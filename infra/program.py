@@ -66,22 +66,27 @@ class AwsCluster(pulumi.ComponentResource):
         network = Network(name, NetworkArgs.from_cluster(cluster), opts=child_opts(self))
         security = Security(name, SecurityArgs.from_cluster(cluster), vpc_id=network.vpc.id, opts=child_opts(self))
 
-        secret_names = required_secrets(cluster)
-        cluster_secrets = None
-        if secret_names:
-            cluster_secrets = ClusterSecrets(
-                name, SecretsArgs(cluster.name, secret_names), secrets, opts=child_opts(self)
-            )
         # One name registry per cluster, only when some Auto Scaling group needs names claimed.
         cloud_compute = any(g.role == "compute" and g.cloud is not None for g in cluster.node_groups)
         node_names = NodeNames(cluster.name, opts=child_opts(self)) if cloud_compute else None
         iam = Iam(
             name,
             IamArgs.from_cluster(cluster),
-            secret_parameter_arns=[p.arn for p in cluster_secrets.parameters.values()] if cluster_secrets else [],
             names_table_arn=node_names.table.arn if node_names else None,
             opts=child_opts(self),
         )
+        # Secrets exist only with a cloud controller (required_secrets), whose role reads them.
+        secret_names = required_secrets(cluster)
+        cluster_secrets = None
+        if secret_names:
+            assert iam.controller_role is not None
+            cluster_secrets = ClusterSecrets(
+                name,
+                SecretsArgs(cluster.name, spec.region, secret_names),
+                secrets,
+                reader_role=iam.controller_role,
+                opts=child_opts(self),
+            )
         storage = Storage(
             name,
             StorageArgs.from_cluster(cluster),
@@ -112,6 +117,12 @@ class AwsCluster(pulumi.ComponentResource):
             }
             if group.role in ("controller", "login"):
                 sgs = [security.cluster.id]
+                # the controller's own ingress group leaves slurmdbd and MariaDB closed
+                if group.role == "controller":
+                    assert security.controller is not None
+                    sgs.append(security.controller.id)
+                else:
+                    sgs.append(security.nodes.id)
                 if group.role == "login" and security.login is not None:
                     sgs.append(security.login.id)
                 profile = iam.controller_profile if group.role == "controller" else iam.node_profile
@@ -136,7 +147,7 @@ class AwsCluster(pulumi.ComponentResource):
                     login_addresses.update(head.addresses)
             else:
                 args = NodeGroupArgs.from_group(rc, group)
-                sgs = [security.cluster.id]
+                sgs = [security.cluster.id, security.nodes.id]
                 if args.efa:
                     assert security.efa is not None
                     sgs.append(security.efa.id)

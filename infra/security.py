@@ -1,4 +1,4 @@
-"""Security groups: cluster-internal, login, EFA, FSx for Lustre and EFS.
+"""Security groups: cluster membership, node and controller ingress, login, EFA, FSx for Lustre and EFS.
 
 Every rule is its own ``aws.vpc.SecurityGroupIngressRule``/``EgressRule`` (one rule per resource,
 as AWS models them), so a rule change replaces that rule alone, and the tests and the policy pack
@@ -23,6 +23,23 @@ from infra.common import TOKEN_PREFIX, child_opts, cluster_tags
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
 NFS_PORT = 2049
 SSH_PORT = 22
+#: Served on the controller to the controller alone: MariaDB (slurmdbd's storage, holding the
+#: accounting password's database) and slurmdbd itself. Nothing but slurmctld, on the same host,
+#: talks to them; traffic an instance sends to itself never crosses its security groups.
+CONTROLLER_ONLY_PORTS = {3306: "MariaDB", 6819: "slurmdbd"}
+
+
+def open_tcp_ranges(closed: frozenset[int] | set[int]) -> list[tuple[int, int]]:
+    """TCP 0..65535 without the ``closed`` ports, as (from, to) ranges (security group rules can
+    only allow, so a port is closed by leaving it out of every range)."""
+    ranges, lo = [], 0
+    for port in sorted(closed):
+        if port > lo:
+            ranges.append((lo, port - 1))
+        lo = port + 1
+    if lo <= 65535:
+        ranges.append((lo, 65535))
+    return ranges
 
 
 @dataclass(frozen=True)
@@ -32,6 +49,8 @@ class SecurityArgs:
     onprem_cidrs: tuple[str, ...]
     """on-prem node addresses of a hybrid cluster (they reach the cloud nodes over a VPN)"""
     login: bool
+    controller: bool
+    """a cloud controller exists (it gets its own ingress group)"""
     efa: bool
     fsx: bool
     efs: bool
@@ -44,6 +63,7 @@ class SecurityArgs:
             login_allowed_cidrs=tuple(aws_section(cluster).login_allowed_cidrs),
             onprem_cidrs=tuple(onprem_cidrs(cluster)),
             login=any(g.role == "login" for g in groups),
+            controller=any(g.role == "controller" for g in groups),
             efa=any(g.cloud is not None and g.cloud.efa for g in groups),
             fsx=any(isinstance(s, FsxLustre) for s in cluster.storage),
             efs=any(isinstance(s, Efs) for s in cluster.storage),
@@ -51,13 +71,18 @@ class SecurityArgs:
 
 
 class Security(pulumi.ComponentResource):
-    """``cluster``: every node; all traffic among members (Slurm, MPI bootstrap, NCCL's TCP
-    side channel), all egress (through NAT). ``login``: SSH from the spec's CIDRs only; no group at
-    all when the list is empty (use SSM Session Manager). ``efa``: the rule EFA demands: all traffic
-    to and from the group itself, ingress **and** egress, or the EFA device cannot talk to peers.
-    ``fsx``/``efs``: the file systems' interfaces, opening only their ports to cluster members."""
+    """``cluster``: every node carries it; it is the members' identity (the source the other
+    groups name) and their egress (through NAT), with no ingress of its own. ``nodes`` (compute and
+    login): all traffic from members (slurmd, MPI bootstrap, NCCL's TCP side channel).
+    ``controller``: from members every TCP port but :data:`CONTROLLER_ONLY_PORTS`, all UDP and ICMP,
+    so slurmdbd and MariaDB answer the controller alone. ``login``: SSH from the spec's CIDRs only;
+    no group at all when the list is empty (use SSM Session Manager). ``efa``: the rule EFA demands:
+    all traffic to and from the group itself, ingress **and** egress, or the EFA device cannot talk
+    to peers. ``fsx``/``efs``: the file systems' interfaces, opening only their ports to members."""
 
     cluster: aws.ec2.SecurityGroup
+    nodes: aws.ec2.SecurityGroup
+    controller: aws.ec2.SecurityGroup | None
     login: aws.ec2.SecurityGroup | None
     efa: aws.ec2.SecurityGroup | None
     fsx: aws.ec2.SecurityGroup | None
@@ -86,15 +111,9 @@ class Security(pulumi.ComponentResource):
                 opts=child_opts(self),
             )
 
+        # The description is unchanged from when this group also carried the all-traffic ingress:
+        # a new description would replace the group (and touch every instance).
         self.cluster = group("cluster", f"clusterforge {args.cluster}: cluster-internal traffic")
-        self._ingress(
-            "cluster-in-self",
-            self.cluster,
-            "-1",
-            None,
-            source_group=self.cluster,
-            description="all traffic among cluster nodes",
-        )
         self._egress(
             "cluster-out-all",
             self.cluster,
@@ -103,17 +122,62 @@ class Security(pulumi.ComponentResource):
             cidr="0.0.0.0/0",
             description="egress through the NAT gateway (packages, containers, S3)",
         )
+        self.nodes = group("nodes", f"clusterforge {args.cluster}: compute and login nodes")
+        self._ingress(
+            "nodes-in-cluster",
+            self.nodes,
+            "-1",
+            None,
+            source_group=self.cluster,
+            description="all traffic from cluster nodes",
+        )
         # Hybrid clusters: the on-prem members of the same Slurm cluster (controller, login and
         # compute hosts) must reach slurmd and job steps on the cloud nodes.
         for i, cidr in enumerate(args.onprem_cidrs):
             self._ingress(
-                f"cluster-in-onprem-{i}",
-                self.cluster,
+                f"nodes-in-onprem-{i}",
+                self.nodes,
                 "-1",
                 None,
                 cidr=cidr,
                 description=f"all traffic from on-prem cluster nodes {cidr}",
             )
+
+        self.controller = None
+        if args.controller:
+            self.controller = group("controller", f"clusterforge {args.cluster}: Slurm controller")
+            closed = ", ".join(f"{port} ({what})" for port, what in sorted(CONTROLLER_ONLY_PORTS.items()))
+            sources: list[tuple[str, aws.ec2.SecurityGroup | None, str | None]] = [("cluster", self.cluster, None)]
+            sources += [(f"onprem-{i}", None, cidr) for i, cidr in enumerate(args.onprem_cidrs)]
+            for tag, source_group, cidr in sources:
+                for lo, hi in open_tcp_ranges(set(CONTROLLER_ONLY_PORTS)):
+                    self._ingress(
+                        f"controller-in-{tag}-tcp-{lo}-{hi}",
+                        self.controller,
+                        "tcp",
+                        (lo, hi),
+                        description=f"TCP from {tag} nodes, all ports but {closed}",
+                        source_group=source_group,
+                        cidr=cidr,
+                    )
+                self._ingress(
+                    f"controller-in-{tag}-udp",
+                    self.controller,
+                    "udp",
+                    (0, 65535),
+                    description=f"UDP from {tag} nodes",
+                    source_group=source_group,
+                    cidr=cidr,
+                )
+                self._ingress(
+                    f"controller-in-{tag}-icmp",
+                    self.controller,
+                    "icmp",
+                    (-1, -1),
+                    description=f"ICMP from {tag} nodes (path MTU discovery, ping)",
+                    source_group=source_group,
+                    cidr=cidr,
+                )
 
         self.login = None
         if args.login and args.login_allowed_cidrs:
@@ -202,6 +266,8 @@ class Security(pulumi.ComponentResource):
         self.register_outputs(
             {
                 "cluster_sg_id": self.cluster.id,
+                "nodes_sg_id": self.nodes.id,
+                "controller_sg_id": self.controller.id if self.controller else None,
                 "efa_sg_id": self.efa.id if self.efa else None,
             }
         )

@@ -61,7 +61,33 @@ STAR_RESOURCE_ACTIONS: Mapping[str, str] = {
     "ec2:DescribeInstanceTopology": "controller topology discovery (topology.conf from EC2's network nodes)",
     "autoscaling:DescribeAutoScalingGroups": "the controller's scale-in (retire.py) finds the cluster's groups",
     "autoscaling:DescribeAutoScalingInstances": "the controller's scale-in (retire.py) maps instances to groups",
+    # The SSM agent (Session Manager, Run Command): the ssmmessages and ec2messages operations name
+    # no resource type; UpdateInstanceInformation is granted on '*' by AWS's own instance policies
+    # (AmazonSSMManagedInstanceCore, the Session Manager minimal instance policy).
+    **{
+        a: "the SSM agent (Session Manager, Run Command)"
+        for a in (
+            "ec2messages:AcknowledgeMessage",
+            "ec2messages:DeleteMessage",
+            "ec2messages:FailMessage",
+            "ec2messages:GetEndpoint",
+            "ec2messages:GetMessages",
+            "ec2messages:SendReply",
+            "ssm:UpdateInstanceInformation",
+            "ssmmessages:CreateControlChannel",
+            "ssmmessages:CreateDataChannel",
+            "ssmmessages:OpenControlChannel",
+            "ssmmessages:OpenDataChannel",
+        )
+    },
 }
+#: AWS managed policies that grant ssm:GetParameter/GetParameters on "*" (AmazonSSMManagedInstanceCore
+#: v2; its predecessor AmazonEC2RoleforSSM too): attached to an instance role, every process on the
+#: node that reaches the metadata service can read every parameter of the account.
+PARAMETER_READING_MANAGED_POLICIES = ("AmazonSSMManagedInstanceCore", "AmazonEC2RoleforSSM")
+IAM_ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+#: The AWS managed key of Parameter Store: its key policy lets every principal of the account decrypt.
+AWS_MANAGED_SSM_KEY = "alias/aws/ssm"
 
 #: Ports that may be open to 0.0.0.0/0 or ::/0: none. The program opens nothing to the world: SSH
 #: to login nodes only from aws.login_allowed_cidrs (and the SSH rule refuses a world CIDR there),
@@ -182,6 +208,61 @@ def _kms_keys(args: ResourceValidationArgs, report: ReportViolation) -> None:
                 need(ebs, "kmsKeyId", f"launch template volume {_get(m, 'deviceName')!r}")
 
 
+# --------------------------------------------------------------- secrets: who reads, which key
+
+
+def _reads_parameters(action: str) -> bool:
+    # "*" and "ssm:*" are clusterforge-iam-no-wildcards' to refuse (one finding per mistake).
+    a = action.lower()
+    return a in ("ssm:get*", "ssm:getparameter*") or a.startswith("ssm:getparameter")
+
+
+def _ssm_parameter_read_scoped(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    t, p = args.resource_type, args.props
+    arns: list[Any] = []
+    if t == IAM_ATTACHMENT:
+        arns = [_get(p, "policyArn")]
+    elif t == IAM_ROLE:
+        arns = _strings(_get(p, "managedPolicyArns"))
+    for arn in arns:
+        if isinstance(arn, str) and arn.rsplit("/", 1)[-1] in PARAMETER_READING_MANAGED_POLICIES:
+            report(
+                f"{arn} grants ssm:GetParameter(s) on '*': any job on the node could read every parameter; "
+                "grant the SSM agent's actions alone (clusterforge.aws.iam.ssm_agent_policy)",
+                None,
+            )
+    for where, raw in _documents(t, p):
+        doc = _parse(raw)
+        if doc is None:
+            continue
+        statements = _get(doc, "Statement")
+        for i, st in enumerate([statements] if isinstance(statements, Mapping) else list(_items(statements))):
+            if not isinstance(st, Mapping) or _get(st, "Effect") != "Allow":
+                continue
+            resources = _strings(_get(st, "Resource"))
+            broad = [r for r in resources if r == "*" or r.endswith(":parameter/*") or r.endswith(":parameter*")]
+            reads = [a for a in _strings(_get(st, "Action")) if _reads_parameters(a)]
+            if broad and reads:
+                report(
+                    f"{where} statement {_get(st, 'Sid') or f'#{i}'}: {', '.join(reads)} on {', '.join(broad)}: "
+                    "name the parameter ARNs the role reads (clusterforge.aws.iam.secret_read_policy)",
+                    None,
+                )
+
+
+def _secure_string_cmk(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != SSM_PARAMETER or _get(args.props, "type") != "SecureString":
+        return
+    name = _get(args.props, "name")
+    key = _get(args.props, "keyId")  # _PRESENT (a key's ARN unknown in preview) passes
+    if key in (None, "") or (isinstance(key, str) and key.lower() in (AWS_MANAGED_SSM_KEY, "aws/ssm")):
+        report(
+            f"SecureString {name} uses the AWS managed key aws/ssm, whose key policy lets every principal of "
+            "the account decrypt: set keyId to the cluster's customer managed key (infra/secrets.py)",
+            None,
+        )
+
+
 IAM_NO_WILDCARDS = _policy(
     "clusterforge-iam-no-wildcards",
     "IAM policy documents name their actions and resources; '*' only for actions AWS offers no resource for.",
@@ -205,4 +286,21 @@ CUSTOMER_MANAGED_KMS = _policy(
     EnforcementLevel.ADVISORY,
 )
 
-POLICIES = (IAM_NO_WILDCARDS, NO_INGRESS_FROM_ANYWHERE, CUSTOMER_MANAGED_KMS)
+SSM_PARAMETER_READ_SCOPED = _policy(
+    "clusterforge-ssm-parameter-read-scoped",
+    "No IAM policy or attachment grants ssm:GetParameter* on '*' (nor attaches AmazonSSMManagedInstanceCore).",
+    _ssm_parameter_read_scoped,
+)
+SECURE_STRING_CMK = _policy(
+    "clusterforge-secure-string-cmk",
+    "SecureString parameters are encrypted with a customer managed KMS key, not aws/ssm.",
+    _secure_string_cmk,
+)
+
+POLICIES = (
+    IAM_NO_WILDCARDS,
+    NO_INGRESS_FROM_ANYWHERE,
+    CUSTOMER_MANAGED_KMS,
+    SSM_PARAMETER_READ_SCOPED,
+    SECURE_STRING_CMK,
+)

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then echo "setup-deps: run as root (apt-get, network namespaces)" >&2; exit 2; fi
 export DEBIAN_FRONTEND=noninteractive
-APT_PKGS="slurmctld slurmd slurm-client munge debootstrap dpkg-dev apt-utils gnupg iproute2 procps bc util-linux openssh-client shellcheck systemd-container"
+APT_PKGS="slurmctld slurmd slurm-client munge debootstrap dpkg-dev apt-utils gnupg iproute2 procps bc util-linux openssh-client shellcheck systemd-container iptables"
 missing=""
 for p in $APT_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

@@ -336,17 +336,10 @@ def test_s3_read_and_secret_read_policies() -> None:
             "only the spec's bucket",
         )
         expect(r, not any(a.startswith("s3:Put") or a.startswith("s3:Delete") for a in st["Action"]), "read only")
-    secrets = one(rec, ROLE_POLICY, "p5-training-controller-secrets")
-    st = _policy(secrets.inputs)["Statement"][0]
-    expect(secrets, st["Action"] == ["ssm:GetParameter"], "read, not list or write")
-    expect(
-        secrets,
-        st["Resource"] == ["arn:aws:ssm:::parameter/p5-training-slurmdbd_storage_pass"],
-        "only the cluster's parameter",
-    )
+    # the secret-read grant: tests/test_infra_secrets.py
     hybrid = run_example("hybrid")
-    assert [r.name for r in of_type(hybrid, ROLE_POLICY)] == ["hybrid-node-names"], (
-        "no bucket, no controller: managed policies and the name claim only"
+    assert sorted(r.name for r in of_type(hybrid, ROLE_POLICY)) == ["hybrid-node-names", "hybrid-node-ssm-agent"], (
+        "no bucket, no controller: the SSM agent and the name claim only"
     )
 
 

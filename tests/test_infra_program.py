@@ -48,7 +48,8 @@ EXPECTED_COUNTS = {
         "aws:ec2/route:Route": 2,
         "aws:ec2/routeTable:RouteTable": 2,
         "aws:ec2/routeTableAssociation:RouteTableAssociation": 2,
-        "aws:ec2/securityGroup:SecurityGroup": 5,
+        # cluster (identity + egress), nodes, controller, login, EFA, FSx, EFS
+        "aws:ec2/securityGroup:SecurityGroup": 7,
         "aws:ec2/subnet:Subnet": 2,
         "aws:ec2/vpc:Vpc": 1,
         "aws:ec2/vpcEndpoint:VpcEndpoint": 1,
@@ -59,12 +60,16 @@ EXPECTED_COUNTS = {
         "aws:fsx/lustreFileSystem:LustreFileSystem": 1,
         "aws:iam/instanceProfile:InstanceProfile": 2,
         "aws:iam/role:Role": 2,
-        # controller: topology, secrets, s3, scale-in (retire.py); node: s3, node-names claim
-        "aws:iam/rolePolicy:RolePolicy": 6,
-        "aws:iam/rolePolicyAttachment:RolePolicyAttachment": 4,
+        # controller: ssm-agent, topology, secrets, s3, scale-in (retire.py); node: ssm-agent, s3,
+        # node-names claim
+        "aws:iam/rolePolicy:RolePolicy": 8,
+        "aws:iam/rolePolicyAttachment:RolePolicyAttachment": 2,  # CloudWatchAgentServerPolicy per role
+        "aws:kms/alias:Alias": 1,
+        "aws:kms/key:Key": 1,  # the cluster's secrets key
         "aws:ssm/parameter:Parameter": 1,
         "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": 6,
-        "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": 8,
+        # nodes from cluster, 5 controller ranges (all but 3306/6819), SSH, EFA, 2+2 FSx, EFS
+        "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": 13,
         "clusterforge:aws:Cluster": 1,
         "clusterforge:aws:HeadNodes": 2,
         "clusterforge:aws:Iam": 1,
@@ -87,16 +92,16 @@ EXPECTED_COUNTS = {
         "aws:ec2/route:Route": 2,
         "aws:ec2/routeTable:RouteTable": 2,
         "aws:ec2/routeTableAssociation:RouteTableAssociation": 2,
-        "aws:ec2/securityGroup:SecurityGroup": 2,
+        "aws:ec2/securityGroup:SecurityGroup": 3,  # cluster, nodes, EFA (no cloud controller)
         "aws:ec2/subnet:Subnet": 2,
         "aws:ec2/vpc:Vpc": 1,
         "aws:ec2/vpcEndpoint:VpcEndpoint": 1,
         "aws:iam/instanceProfile:InstanceProfile": 1,
         "aws:iam/role:Role": 1,
-        "aws:iam/rolePolicy:RolePolicy": 1,  # the node-names claim
-        "aws:iam/rolePolicyAttachment:RolePolicyAttachment": 2,
+        "aws:iam/rolePolicy:RolePolicy": 2,  # ssm-agent, the node-names claim
+        "aws:iam/rolePolicyAttachment:RolePolicyAttachment": 1,
         "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": 2,
-        # cluster self + EFA self + 5 blocks of on-prem node addresses (10.40.0.10, 10.40.1.[1-8])
+        # nodes from cluster + EFA self + 5 blocks of on-prem node addresses (10.40.0.10, 10.40.1.[1-8])
         "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": 7,
         "clusterforge:aws:Cluster": 1,
         "clusterforge:aws:Iam": 1,

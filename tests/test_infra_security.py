@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pulumi
 
-from clusterforge.aws.layout import onprem_cidrs
 from clusterforge.plan.mocks import RecordedResource, Recording
 from tests.pulumi_helpers import (
     EGRESS,
@@ -12,14 +11,12 @@ from tests.pulumi_helpers import (
     INSTANCE,
     LT,
     SG,
-    example_data,
     expect,
     mocks_runtime,
     of_type,
     one,
     run_example,
     run_variant,
-    spec,
 )
 
 
@@ -74,24 +71,84 @@ def test_no_ssh_group_and_no_public_ip_without_allowed_cidrs() -> None:
     assert not [r for r in of_type(rec, INGRESS) if "cidrIpv4" in r.inputs], "no CIDR ingress at all (use SSM)"
     login = one(rec, INSTANCE, "p5-training-login-login-001")
     expect(login, login.inputs["associatePublicIpAddress"] is False, "unreachable login node needs no public IP")
-    expect(login, login.inputs["vpcSecurityGroupIds"] == [sg_id("p5-training", "cluster")], "cluster group only")
+    expect(
+        login,
+        login.inputs["vpcSecurityGroupIds"] == [sg_id("p5-training", "cluster"), sg_id("p5-training", "nodes")],
+        "cluster and node groups only",
+    )
 
 
-def test_cluster_group_self_ingress_and_egress_via_nat() -> None:
+def test_cluster_group_is_identity_and_egress_nodes_take_all_cluster_traffic() -> None:
     rec = run_example("p5-training")
-    cluster = sg_id("p5-training", "cluster")
-    ingress = rules_of(rec, INGRESS, cluster)
-    assert [(r.inputs["ipProtocol"], r.inputs.get("referencedSecurityGroupId")) for r in ingress] == [("-1", cluster)]
+    cluster, nodes = sg_id("p5-training", "cluster"), sg_id("p5-training", "nodes")
+    assert rules_of(rec, INGRESS, cluster) == [], "members reach each other through nodes/controller"
     egress = rules_of(rec, EGRESS, cluster)
     assert [(r.inputs["ipProtocol"], r.inputs.get("cidrIpv4")) for r in egress] == [("-1", "0.0.0.0/0")]
+    ingress = rules_of(rec, INGRESS, nodes)
+    assert [(r.inputs["ipProtocol"], r.inputs.get("referencedSecurityGroupId")) for r in ingress] == [("-1", cluster)]
 
 
-def test_hybrid_cloud_nodes_accept_the_on_prem_members() -> None:
-    rec = run_example("hybrid")
-    cluster = sg_id("hybrid", "cluster")
-    cidrs = sorted(r.inputs["cidrIpv4"] for r in rules_of(rec, INGRESS, cluster) if "cidrIpv4" in r.inputs)
-    assert cidrs == sorted(onprem_cidrs(spec(example_data("hybrid"))))
-    assert "10.40.0.10/32" in cidrs  # the on-prem controller
+#: slurmdbd and MariaDB: reachable from the controller itself only (its own traffic never crosses
+#: a security group), so no rule anywhere may cover them.
+CONTROLLER_ONLY = (6819, 3306)
+
+
+def _covers(rule: RecordedResource, port: int) -> bool:
+    proto = rule.inputs["ipProtocol"]
+    if proto == "-1":
+        return True
+    return proto == "tcp" and rule.inputs["fromPort"] <= port <= rule.inputs["toPort"]
+
+
+def test_slurmdbd_and_mariadb_open_to_no_one_but_the_controller() -> None:
+    rec = run_example("p5-training")
+    controller = sg_id("p5-training", "controller")
+    head = one(rec, INSTANCE, "p5-training-head-head-001")
+    expect(head, head.inputs["vpcSecurityGroupIds"] == [sg_id("p5-training", "cluster"), controller], "groups")
+    controller_rules = rules_of(rec, INGRESS, controller)
+    # 0-3305, 3307-6818, 6820-65535 + UDP + ICMP, from cluster members
+    assert sorted((r.inputs["ipProtocol"], r.inputs["fromPort"], r.inputs["toPort"]) for r in controller_rules) == [
+        ("icmp", -1, -1),
+        ("tcp", 0, 3305),
+        ("tcp", 3307, 6818),
+        ("tcp", 6820, 65535),
+        ("udp", 0, 65535),
+    ]
+    for r in controller_rules:
+        expect(r, r.inputs.get("referencedSecurityGroupId") == sg_id("p5-training", "cluster"), "from members")
+    for port in (6817, 22, 9090):  # slurmctld, SSH, Prometheus stay reachable
+        assert any(_covers(r, port) for r in controller_rules), port
+    # what the controller instance accepts: the rules of every group it carries
+    carried = set(head.inputs["vpcSecurityGroupIds"])
+    for r in of_type(rec, INGRESS):
+        if r.inputs["securityGroupId"] in carried:
+            for port in CONTROLLER_ONLY:
+                expect(r, not _covers(r, port), f"port {port} open on a group the controller carries")
+
+
+def test_controller_group_also_closes_the_db_ports_to_on_prem_nodes() -> None:
+    """A cloud controller with on-prem members: their CIDRs get the controller's ranges, not all traffic."""
+    from infra.security import Security, SecurityArgs, open_tcp_ranges
+
+    assert open_tcp_ranges({3306, 6819}) == [(0, 3305), (3307, 6818), (6820, 65535)]
+    assert open_tcp_ranges({0, 65535}) == [(1, 65534)]
+    with mocks_runtime() as monitor:
+
+        @pulumi.runtime.test
+        def build() -> None:
+            args = SecurityArgs(
+                cluster="t", login_allowed_cidrs=(), onprem_cidrs=("10.40.0.10/32",), login=False,
+                controller=True, efa=False, fsx=False, efs=False,
+            )
+            Security("t", args, vpc_id="vpc-1")
+
+        build()
+    rules = [r for r in monitor.recorded if r.type == INGRESS and r.inputs.get("cidrIpv4") == "10.40.0.10/32"]
+    on_controller = [r for r in rules if r.name.startswith("t-controller-in-onprem-0")]
+    assert len(on_controller) == 5 and len(rules) == 6  # 5 on the controller group + all traffic to nodes
+    for r in on_controller:
+        for port in CONTROLLER_ONLY:
+            expect(r, not _covers(r, port), f"port {port} open to the on-prem CIDR")
 
 
 def _ports(rules: list[RecordedResource]) -> set[tuple[str, int, int]]:
@@ -125,16 +182,20 @@ def test_efs_group_opens_only_nfs_from_cluster_nodes() -> None:
 
 def test_groups_attached_to_each_kind_of_node() -> None:
     rec = run_example("p5-training")
-    cluster, efa, login = (sg_id("p5-training", s) for s in ("cluster", "efa", "login"))
+    cluster, nodes, controller, efa, login = (
+        sg_id("p5-training", s) for s in ("cluster", "nodes", "controller", "efa", "login")
+    )
     gpu = one(rec, LT, "p5-training-gpu-lt")
     for ni in gpu.inputs["networkInterfaces"]:
-        expect(gpu, ni["securityGroups"] == [cluster, efa], f"EFA interface {ni} needs the EFA group")
+        expect(gpu, ni["securityGroups"] == [cluster, nodes, efa], f"EFA interface {ni} needs the EFA group")
     cpu = one(rec, LT, "p5-training-cpu-lt")
-    expect(cpu, [ni["securityGroups"] for ni in cpu.inputs["networkInterfaces"]] == [[cluster]], "no EFA group")
+    expect(
+        cpu, [ni["securityGroups"] for ni in cpu.inputs["networkInterfaces"]] == [[cluster, nodes]], "no EFA group"
+    )
     head = one(rec, INSTANCE, "p5-training-head-head-001")
-    expect(head, head.inputs["vpcSecurityGroupIds"] == [cluster], "controller: cluster group only")
+    expect(head, head.inputs["vpcSecurityGroupIds"] == [cluster, controller], "controller: its own ingress group")
     login_node = one(rec, INSTANCE, "p5-training-login-login-001")
-    expect(login_node, login_node.inputs["vpcSecurityGroupIds"] == [cluster, login], "login: + SSH group")
+    expect(login_node, login_node.inputs["vpcSecurityGroupIds"] == [cluster, nodes, login], "login: + SSH group")
 
 
 def test_security_component_alone_exposes_its_groups() -> None:
@@ -151,6 +212,7 @@ def test_security_component_alone_exposes_its_groups() -> None:
                     login_allowed_cidrs=(),
                     onprem_cidrs=(),
                     login=False,
+                    controller=False,
                     efa=True,
                     fsx=False,
                     efs=True,
@@ -160,13 +222,13 @@ def test_security_component_alone_exposes_its_groups() -> None:
             assert sec.login is None and sec.fsx is None and sec.efa is not None and sec.efs is not None
 
             def check(ids: list[str]) -> None:
-                assert ids == ["t-cluster-id", "t-efa-id", "t-efs-id"], ids
+                assert ids == ["t-cluster-id", "t-nodes-id", "t-efa-id", "t-efs-id"], ids
 
-            return pulumi.Output.all(sec.cluster.id, sec.efa.id, sec.efs.id).apply(check)
+            return pulumi.Output.all(sec.cluster.id, sec.nodes.id, sec.efa.id, sec.efs.id).apply(check)
 
         build()
     groups = [r for r in monitor.recorded if r.type == SG]
-    assert sorted(r.name for r in groups) == ["t-cluster", "t-efa", "t-efs"]
+    assert sorted(r.name for r in groups) == ["t-cluster", "t-efa", "t-efs", "t-nodes"]
     for g in groups:
         expect(g, g.inputs["vpcId"] == "vpc-123", "group in the cluster VPC")
         expect(g, g.inputs["tags"]["clusterforge:cluster"] == "t", "cluster tag")

@@ -76,6 +76,8 @@ def test_pack_lists_every_rule_as_mandatory_but_the_kms_key_advice() -> None:
         "clusterforge-iam-no-wildcards",
         "clusterforge-no-ingress-from-anywhere",
         "clusterforge-customer-managed-kms-key",
+        "clusterforge-ssm-parameter-read-scoped",
+        "clusterforge-secure-string-cmk",
         "clusterforge-backups",
         "clusterforge-protect-stateful",
     ]

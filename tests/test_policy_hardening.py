@@ -197,6 +197,59 @@ def test_customer_managed_kms_key_advice(type_: str, bad: dict[str, Any], good: 
     assert violations(hardening.CUSTOMER_MANAGED_KMS, rules.SSM_PARAMETER, {"type": "String"}) == []
 
 
+# ------------------------------------------------------------- secrets: readers and key
+
+PARAM = "arn:aws:ssm:us-east-1:111122223333:parameter/clusterforge/c/slurmdbd_storage_pass"
+CORE = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+
+
+@pytest.mark.parametrize(
+    ("type_", "props"),
+    [
+        (hardening.IAM_ROLE_POLICY, {"policy": doc(allow(["ssm:GetParameter"], [PARAM]))}),
+        (hardening.IAM_ROLE_POLICY, {"policy": doc(allow(["ssm:UpdateInstanceInformation"], "*"))}),
+        (hardening.IAM_ROLE_POLICY, {"policy": doc({"Effect": "Deny", "Action": "ssm:GetParameter*", "Resource": "*"})}),
+        (hardening.IAM_ATTACHMENT, {"policyArn": "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy"}),
+        (hardening.IAM_ATTACHMENT, {"policyArn": UNKNOWN_STRING_VALUE}),
+    ],
+)
+def test_scoped_parameter_reads_pass(type_: str, props: dict[str, Any]) -> None:
+    assert violations(hardening.SSM_PARAMETER_READ_SCOPED, type_, props) == []
+
+
+@pytest.mark.parametrize(
+    ("type_", "props", "message"),
+    [
+        (hardening.IAM_ATTACHMENT, {"policyArn": CORE}, "AmazonSSMManagedInstanceCore grants ssm:GetParameter(s)"),
+        (hardening.IAM_ROLE, {"managedPolicyArns": [CORE]}, "AmazonSSMManagedInstanceCore"),
+        (hardening.IAM_ROLE_POLICY, {"policy": doc(allow(["ssm:GetParameters"], "*"))}, "ssm:GetParameters on *"),
+        (hardening.IAM_POLICY, {"policy": doc(allow("ssm:GetParametersByPath", ["*"]))}, "GetParametersByPath on *"),
+        (
+            hardening.IAM_ROLE_POLICY,
+            {"policy": doc(allow(["ssm:GetParameter"], "arn:aws:ssm:us-east-1:1:parameter/*"))},
+            "on arn:aws:ssm:us-east-1:1:parameter/*",
+        ),
+        (hardening.IAM_ROLE_POLICY, {"policy": doc(allow("ssm:Get*", "*"))}, "ssm:Get* on *"),
+    ],
+)
+def test_parameter_reads_on_star_are_refused(type_: str, props: dict[str, Any], message: str) -> None:
+    found = violations(hardening.SSM_PARAMETER_READ_SCOPED, type_, props)
+    assert len(found) == 1 and message in found[0], found
+
+
+def test_secure_strings_need_a_customer_managed_key() -> None:
+    rule = hardening.SECURE_STRING_CMK
+    for bad in ({"type": "SecureString", "name": "/clusterforge/c/x"}, {"type": "SecureString", "keyId": "alias/aws/ssm"}):
+        found = violations(rule, rules.SSM_PARAMETER, bad)
+        assert len(found) == 1 and "aws/ssm" in found[0], found
+    for good in (
+        {"type": "SecureString", "keyId": "arn:aws:kms:us-east-1:1:key/k"},
+        {"type": "SecureString", "keyId": UNKNOWN_STRING_VALUE},  # the cluster key's ARN in preview
+        {"type": "String", "name": "/not/a/secret"},
+    ):
+        assert violations(rule, rules.SSM_PARAMETER, good) == []
+
+
 # ------------------------------------------------------------------------ stack rules
 
 
@@ -360,6 +413,18 @@ BAD: list[tuple[str, str, str, dict[str, Any]]] = [
         {**T, "name": "/clusterforge/c/x", "type": "String"},
     ),
     ("untagged VPC", "clusterforge-required-tags", "aws:ec2/vpc:Vpc", {}),
+    (
+        "SSM managed core on a role",
+        "clusterforge-ssm-parameter-read-scoped",
+        hardening.IAM_ATTACHMENT,
+        {"role": "r", "policyArn": "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"},
+    ),
+    (
+        "secret under aws/ssm",
+        "clusterforge-secure-string-cmk",
+        rules.SSM_PARAMETER,
+        {**T, "name": "/clusterforge/c/x", "type": "SecureString", "keyId": "alias/aws/ssm"},
+    ),
 ]
 
 #: Bad stacks (label, resources): each holds one resource the stack rules must refuse.
@@ -471,15 +536,14 @@ def test_fsx_without_s3_gets_backups_and_passes() -> None:
 
 
 def test_kms_advice_on_the_p5_example_names_every_aws_managed_key_use() -> None:
-    """What the advisory rule prints for p5-training (written from infra/: no resource names a
-    customer managed key yet): every launch template and instance volume, FSx, EFS, and the
-    slurmdbd SecureString."""
+    """What the advisory rule prints for p5-training (written from infra/): every launch template
+    and instance volume, FSx, EFS; not the slurmdbd SecureString, which the cluster's own key
+    encrypts (infra/secrets.py)."""
     _, advised = _pack_findings(run_example("p5-training", preview=True))
     assert {t for t, _ in advised} == {
         rules.LAUNCH_TEMPLATE,
         rules.INSTANCE,
         rules.FSX_LUSTRE,
         rules.EFS,
-        rules.SSM_PARAMETER,
     }
     assert ("aws:fsx/lustreFileSystem:LustreFileSystem", "p5-training-fsx") in advised

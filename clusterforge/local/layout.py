@@ -121,6 +121,9 @@ def local_vars(net: str, boot: str = DEFAULT_BOOT) -> dict[str, Any]:
         # the nodes share this machine's kernel and clock: write the files, do not apply them
         "common_sysctl_apply": False,
         "common_chrony_service_enabled": False,
+        # the metadata firewall needs iptables, which the nodes' root file system and the local
+        # package mirror lack, and its boot unit needs systemd (the AWS flavour's nodes are chroots)
+        "common_imds_firewall": False,
         # vendor repositories: the stand-ins on the bridge (same package names, a throw-away key)
         "nvidia_driver_repo_url": f"{repo}/nvidia/",
         "nvidia_driver_repo_key_url": f"{repo}/nvidia/standin-key.asc",

@@ -73,6 +73,7 @@ COMPUTED: dict[str, dict[str, str]] = {
         "dns_name": "{name}.efs.example.internal",
     },
     "aws:ssm/parameter:Parameter": {"arn": "arn:aws:ssm:::parameter/{name}"},
+    "aws:kms/key:Key": {"arn": "arn:aws:kms:::key/{name}", "key_id": "{name}-key-id"},
     "aws:dynamodb/table:Table": {"arn": "arn:aws:dynamodb:::table/{name}"},
     "aws:ec2/natGateway:NatGateway": {"public_ip": "198.51.100.20"},
     "aws:ec2/eip:Eip": {"public_ip": "198.51.100.30"},

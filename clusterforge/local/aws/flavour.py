@@ -106,7 +106,8 @@ def plan_aws_layout(rc: ResolvedCluster, spec_path: Path, net: str) -> LocalLayo
         "not this machine's)",
         f"AWS = moto's EC2/Auto Scaling/DynamoDB server on {endpoint(base)}; instance metadata = a stand-in "
         "at 169.254.169.254 in each node's namespace; instances = node namespaces booted by the hypervisor",
-        "Ansible: clusterforge_service_manager=direct, sysctl/chrony written not applied, vendor repositories "
+        "Ansible: clusterforge_service_manager=direct, sysctl/chrony written not applied, metadata firewall off "
+        "(no iptables in the node image), vendor repositories "
         f"= stand-ins on http://{base}.1:8081",
     ]
     return LocalLayout(
