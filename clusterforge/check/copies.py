@@ -222,3 +222,22 @@ def set_munge_socket(conf: Path, sock: Path, tmp: Path, report: CheckReport, fil
     _Rewriter(conf.parent, tmp, report).record(
         file, "AuthInfo", old, ",".join(opts), "no munged on the host: the check's own"
     )
+
+
+def unreadable_slurm_files(src: Path, names: list[str]) -> list[str]:
+    """Problems with the render's Slurm files before the copy is made: the daemons read each as
+    text, so a folder in a file's place or bytes that are not UTF-8 stop the check here with the
+    file named, not as a traceback in the copy. (A missing slurm.conf is reported by the caller.)"""
+    bad: list[str] = []
+    for name in names:
+        path = src / name
+        if not name.startswith("slurm/") or (name == "slurm/slurm.conf" and not path.is_file()):
+            continue
+        if not path.is_file():
+            bad.append(f"{path} is missing or not a file: render again")
+            continue
+        try:
+            path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            bad.append(f"{path} cannot be read as text ({exc}): render again")
+    return bad

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from clusterforge import hostlist, proc
 from clusterforge.check import compare, environment, slurmd
-from clusterforge.check.copies import SLURMD_FILE, make_copies, set_munge_socket
+from clusterforge.check.copies import SLURMD_FILE, make_copies, set_munge_socket, unreadable_slurm_files
 from clusterforge.check.daemons import Daemons, rootfs_user
 from clusterforge.check.report import CheckReport, ProblemKind
 from clusterforge.check.slurmctld import Slurmctld
@@ -64,17 +64,7 @@ class _Check:
             bad.append("expect.controllers is empty: a render names at least one controller")
         if not (self.src / "slurm" / "slurm.conf").is_file():
             bad.append(f"{self.src / 'slurm' / 'slurm.conf'} is missing: render again")
-        for f in manifest.files:  # the daemons read these as text: a folder or stray bytes stop here
-            path = self.src / f.name
-            if not f.name.startswith("slurm/") or (f.name == "slurm/slurm.conf" and not path.is_file()):
-                continue  # a missing slurm.conf is reported above
-            if not path.is_file():
-                bad.append(f"{path} is missing or not a file: render again")
-                continue
-            try:
-                path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                bad.append(f"{path} cannot be read as text ({exc}): render again")
+        bad += unreadable_slurm_files(self.src, [f.name for f in manifest.files])
         for why in bad:
             r.add(ProblemKind.MANIFEST, why, MANIFEST_NAME)
         return None if bad else manifest
