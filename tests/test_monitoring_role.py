@@ -1,8 +1,9 @@
 """The monitoring role's configuration files, written for real by ``ansible-playbook``.
 
 The role builds prometheus.yml and Grafana's provisioning files as data (roles/monitoring/vars/
-main.yml) and dumps them with to_nice_yaml. Here its two file task files (tasks/prometheus_config.yml,
-tasks/grafana_provisioning.yml) run on this machine (connection local) as the local example's
+main.yml) and dumps them with to_nice_yaml, and installs the rendered alertmanager.yml with the
+receivers' secret files. Here its file task files (tasks/prometheus_config.yml,
+tasks/alertmanager_config.yml, tasks/grafana_provisioning.yml) run on this machine (connection local) as the local example's
 monitoring server, with every path under a temporary root and the handlers replaced by recorders
 of the same names. The expected contents are written by hand: they are what the Jinja templates the
 data replaced wrote for this example (the same jobs, targets, labels and intervals).
@@ -30,11 +31,22 @@ from clusterforge.resolve import resolve_file
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 PROMTOOL = shutil.which("promtool") or str(ROOT / ".tools" / "prometheus" / "usr" / "bin" / "promtool")
-HANDLERS = ["Restart prometheus", "Restart grafana"]
+AMTOOL = shutil.which("amtool") or str(ROOT / ".tools" / "alertmanager" / "usr" / "bin" / "amtool")
+HANDLERS = ["Restart prometheus", "Reload alertmanager", "Restart grafana"]
+# the local example with a Slack receiver for critical alerts and a webhook for the rest
+RECEIVERS = {
+    "receivers": [
+        {"type": "webhook", "name": "ops", "url": "http://10.79.0.10:9099/alerts"},
+        {"type": "slack", "name": "pager", "api_url_secret": "slack_pager_url", "channel": "#gpu-oncall"},
+    ],
+    "routes": [{"receiver": "pager", "severity": "critical"}],
+}
+SLACK_URL = "https://hooks.slack.example/services/T000/B000/unit-test-secret"
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-core is not installed"),
     pytest.mark.skipif(not Path(PROMTOOL).is_file(), reason="promtool missing: scripts/setup-deps.sh puts it in .tools/"),
+    pytest.mark.skipif(not Path(AMTOOL).is_file(), reason="amtool missing: scripts/setup-deps.sh puts it in .tools/"),
     # the tasks write root-owned files (owner: root), as they do on a node
     pytest.mark.skipif(os.geteuid() != 0, reason="the role's file tasks chown to root"),
 ]
@@ -52,6 +64,7 @@ def _expected_prometheus(rules: str) -> dict[str, Any]:
         "global": {"scrape_interval": "10s", "scrape_timeout": "10s", "evaluation_interval": "10s",
                    "external_labels": {"cluster": "local"}},
         "rule_files": [rules],
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": ["localhost:9093"]}]}]},
         "scrape_configs": [
             {"job_name": "prometheus", "static_configs": [{"targets": ["localhost:9090"]}]},
             {"job_name": "node", "static_configs": [_node(a, 9100, h, g) for a, h, g in hosts]},
@@ -82,8 +95,10 @@ class _Setup:
         self.tmp = tmp
         self.root = tmp / "root"
         self.log = tmp / "handlers.log"
-        inv = generate_inventory(resolve_file(EXAMPLES / "local.yaml"), out_dir=tmp / "inv").out_dir
         spec = yaml.safe_load((EXAMPLES / "local.yaml").read_text())
+        spec.setdefault("monitoring", {})["alertmanager"] = RECEIVERS
+        (tmp / "local.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))  # no relative paths in it
+        inv = generate_inventory(resolve_file(tmp / "local.yaml"), out_dir=tmp / "inv").out_dir
         result = render_cluster(parse_spec(spec, "test"), base_dir=EXAMPLES)
         render = tmp / "render"
         for name, f in result.files.items():
@@ -106,6 +121,9 @@ class _Setup:
         self.prometheus_yml = self.root / "etc" / "prometheus" / "prometheus.yml"
         self.provisioning = self.root / "etc" / "grafana" / "provisioning"
         self.dashboards = str(self.root / "var" / "lib" / "grafana" / "dashboards" / "clusterforge")
+        self.alertmanager_yml = Path(str(self.root) + "/etc/prometheus/alertmanager.yml")
+        assert str(self.alertmanager_yml) in [f.node_path for f in moved.files]
+        self.secrets = self.root / "etc" / "prometheus" / "alertmanager-secrets"
         self.prometheus_yml.parent.mkdir(parents=True)
         (tmp / "vars.yml").write_text(yaml.safe_dump({
             "ansible_python_interpreter": sys.executable,
@@ -113,12 +131,19 @@ class _Setup:
             "__monitoring_prometheus_config": str(self.prometheus_yml),
             "__monitoring_grafana_provisioning_dir": str(self.provisioning),
             "__monitoring_grafana_dashboards_dir": self.dashboards,
+            "__monitoring_alertmanager_secrets_dir": str(self.secrets),
+            # no prometheus user here; on a node the group lets Alertmanager read the secrets
+            "__monitoring_alertmanager_group": "root",
+            # in the test as a vault would give it (the real run reads an Ansible Vault file)
+            "clusterforge_secrets": {"slack_pager_url": SLACK_URL, "slurmdbd_storage_pass": "unused"},
         }))
         (tmp / "play.yml").write_text(yaml.safe_dump([{
             "name": "Monitoring role files", "hosts": "monitoring_server", "gather_facts": False,
             "tasks": [
                 {"name": "Prometheus",
                  "ansible.builtin.import_role": {"name": "monitoring", "tasks_from": "prometheus_config.yml"}},
+                {"name": "Alertmanager",
+                 "ansible.builtin.import_role": {"name": "monitoring", "tasks_from": "alertmanager_config.yml"}},
                 {"name": "Grafana",
                  "ansible.builtin.import_role": {"name": "monitoring", "tasks_from": "grafana_provisioning.yml"}},
             ],
@@ -127,8 +152,8 @@ class _Setup:
         self.env = {
             **os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(roles),
             "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
-            # the validate commands call promtool by name, as on a node
-            "PATH": f"{Path(PROMTOOL).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            # the validate commands call promtool and amtool by name, as on a node
+            "PATH": os.pathsep.join([str(Path(PROMTOOL).parent), str(Path(AMTOOL).parent), os.environ.get("PATH", "")]),
         }
 
     def run(self, *extra: str) -> tuple[str, int, list[str]]:
@@ -149,11 +174,11 @@ class _Setup:
 
 
 def test_the_role_writes_its_config_from_data(tmp_path: Path) -> None:
-    """First run writes every file and notifies both handlers; the files are what the templates
-    wrote; promtool accepts prometheus.yml; a second run changes nothing (same bytes); a check run
+    """First run writes every file and notifies the three handlers; the files are what the templates
+    wrote; promtool accepts prometheus.yml, amtool alertmanager.yml; a second run changes nothing (same bytes); a check run
     with another scrape interval shows the diff and writes nothing."""
     s = _Setup(tmp_path)
-    _, changed, ran = s.run()
+    out, changed, ran = s.run()
     assert changed > 0 and ran == HANDLERS
 
     text = s.prometheus_yml.read_text()
@@ -172,6 +197,24 @@ def test_the_role_writes_its_config_from_data(tmp_path: Path) -> None:
     assert (Path(s.dashboards) / "cluster-overview.json").is_file()
     for f in (s.prometheus_yml, datasource, dashboards):
         assert oct(f.stat().st_mode & 0o777) == "0o644", f
+
+    # alertmanager.yml: the render's bytes, accepted by amtool, routes as the spec says; the Slack
+    # URL only in its secret file (0640), never in the configuration or the play's output
+    rendered = (Path(s.env["ANSIBLE_ROLES_PATH"]).parent / "render" / "alertmanager" / "alertmanager.yml").read_text()
+    assert s.alertmanager_yml.read_text() == rendered
+    p = subprocess.run([AMTOOL, "check-config", str(s.alertmanager_yml)], capture_output=True, text=True,
+                       timeout=60, check=False)
+    assert p.returncode == 0 and "2 receivers" in p.stdout, p.stdout + p.stderr
+    for labels, receiver in ((["severity=critical", "node_group=gpu"], "pager"), (["severity=warning"], "ops")):
+        p = subprocess.run([AMTOOL, "config", "routes", "test", f"--config.file={s.alertmanager_yml}", *labels],
+                           capture_output=True, text=True, timeout=60, check=False)
+        assert p.returncode == 0 and p.stdout.strip() == receiver, (labels, p.stdout + p.stderr)
+    secret = s.secrets / "slack_pager_url"
+    assert secret.read_text() == SLACK_URL and oct(secret.stat().st_mode & 0o777) == "0o640"
+    assert oct(s.secrets.stat().st_mode & 0o777) == "0o750"
+    assert "api_url_file: /etc/prometheus/alertmanager-secrets/slack_pager_url" in rendered
+    assert SLACK_URL not in rendered and SLACK_URL not in out
+    assert oct(s.alertmanager_yml.stat().st_mode & 0o777) == "0o644"
 
     before = s.files()
     _, changed, ran = s.run()

@@ -283,6 +283,23 @@ CASES: dict[str, tuple[Any, ...]] = {
         None, None, lambda m: _bump(m, "prometheus/alerts.yml"), ["prometheus/alerts.yml"], {"none"},
         ["no daemon action"], {"ctl": [], "gpu-001": [], "cpu-001": []},
     ),
+    "alertmanager": (
+        None, None, lambda m: _bump(m, "alertmanager/alertmanager.yml"), ["alertmanager/alertmanager.yml"], {"none"},
+        ["no daemon action"], {"ctl": [], "gpu-001": [], "cpu-001": []},
+    ),
+    "dcgm": (
+        None, None, lambda m: _bump(m, "dcgm/counters.csv"), ["dcgm/counters.csv"], {"none"},
+        ["no daemon action"], {"ctl": [], "gpu-001": [], "cpu-001": []},
+    ),
+    # slurmd runs the prolog/epilog folder anew for every job: nothing to restart
+    "prolog": (
+        None, None, lambda m: _bump(m, "slurm/prolog.d/dcgm-job-map.sh"), ["slurm/prolog.d/dcgm-job-map.sh"],
+        {"none"}, ["no daemon action"], {"ctl": [], "gpu-001": [], "cpu-001": []},
+    ),
+    "epilog": (
+        None, None, lambda m: _bump(m, "slurm/epilog.d/dcgm-job-map.sh"), ["slurm/epilog.d/dcgm-job-map.sh"],
+        {"none"}, ["no daemon action"], {"ctl": [], "gpu-001": [], "cpu-001": []},
+    ),
     "comments only (slurm.conf bytes, no record)": (
         None, None, lambda m: _bump(m, "slurm/slurm.conf"), ["slurm/slurm.conf"], {"none"}, ["no daemon action"],
         {"ctl": [], "gpu-001": [], "cpu-001": []},

@@ -227,6 +227,9 @@ CASES: list[tuple[str, str, Mut, Level]] = [
     ("p5-training.yaml", "no-default-partition", lambda d: d["partitions"][0].update(default=False), Level.WARNING),
     ("p5-training.yaml", "implicit-partition", lambda d: d.pop("partitions"), Level.INFO),
     ("p5-training.yaml", "unknown-node-group", lambda d: d["partitions"][0].update(node_groups=["gpux"]), Level.ERROR),
+    ("p5-training.yaml", "unknown-alert-node-group", lambda d: d.update(monitoring={"alertmanager": {
+        "receivers": [{"type": "webhook", "name": "ops", "url": "http://ops:9000/hook"}],
+        "routes": [{"receiver": "ops", "node_groups": ["gpux"]}]}}), Level.ERROR),
     ("p5-training.yaml", "non-compute-in-partition", lambda d: d["partitions"][1].update(node_groups=["cpu", "login"]), Level.ERROR),
     ("hybrid.yaml", "mixed-gpus", lambda d: (
         _g(d, "burst")["cloud"].update(instance_type="p4d.24xlarge"),

@@ -346,12 +346,89 @@ class Accounting(Model):
     )
 
 
+SecretName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]
+
+
+class WebhookReceiver(Model):
+    type: Literal["webhook"]
+    name: Name
+    url: Annotated[str, Field(pattern=r"^https?://[^/@\s]+(/\S*)?$")] = Field(
+        description="where Alertmanager POSTs its JSON; no user:password@ (use bearer_token_secret)"
+    )
+    bearer_token_secret: SecretName | None = Field(
+        None, description="name of the Ansible Vault variable / Pulumi secret holding a bearer token (never the value)"
+    )
+
+
+class SlackReceiver(Model):
+    type: Literal["slack"]
+    name: Name
+    api_url_secret: SecretName = Field(
+        description="name of the Ansible Vault variable / Pulumi secret holding the incoming-webhook URL "
+        "(never the value)"
+    )
+    channel: Annotated[str, Field(pattern=r"^[#@][A-Za-z0-9._-]{1,80}$")]
+
+
+Receiver = Annotated[WebhookReceiver | SlackReceiver, Field(discriminator="type")]
+
+
+class AlertRoute(Model):
+    receiver: Name
+    severity: Literal["critical", "warning"] | None = Field(None, description="match alerts of this severity")
+    node_groups: list[Name] = Field(default_factory=list, description="match alerts of these node groups")
+
+    @model_validator(mode="after")
+    def _matches_something(self) -> AlertRoute:
+        if self.severity is None and not self.node_groups:
+            raise ValueError(
+                f"route to {self.receiver!r} matches every alert; give severity and/or node_groups "
+                "(alerts no route matches go to default_receiver)"
+            )
+        return self
+
+
+class Alertmanager(Model):
+    enabled: bool = Field(True, description="run Alertmanager on the monitoring server (needs prometheus)")
+    receivers: list[Receiver] = Field(
+        default_factory=list, description="empty: alerts are kept in Alertmanager (web UI, amtool alert) only"
+    )
+    default_receiver: Name | None = Field(None, description="for alerts no route matches; default: the first receiver")
+    routes: list[AlertRoute] = Field(default_factory=list, description="tried in order; the first match wins")
+
+    @model_validator(mode="after")
+    def _known_receivers(self) -> Alertmanager:
+        names = [r.name for r in self.receivers]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"alertmanager.receivers: names {dup} appear more than once; give each its own name")
+        used = [("default_receiver", self.default_receiver)] if self.default_receiver else []
+        used += [(f"routes[{i}].receiver", r.receiver) for i, r in enumerate(self.routes)]
+        for where, name in used:
+            if name not in names:
+                raise ValueError(
+                    f"alertmanager.{where} {name!r} names no receiver; use one of {names} or add it to receivers"
+                )
+        return self
+
+    @property
+    def secret_names(self) -> tuple[str, ...]:
+        """Vault variables / Pulumi secrets the receivers read, in order, each once."""
+        out: list[str] = []
+        for r in self.receivers:
+            s = r.bearer_token_secret if isinstance(r, WebhookReceiver) else r.api_url_secret
+            if s and s not in out:
+                out.append(s)
+        return tuple(out)
+
+
 class Monitoring(Model):
     node_exporter: bool = True
     dcgm_exporter: bool = True
     prometheus: bool = True
     grafana: bool = True
     scrape_interval_s: Annotated[int, Field(ge=5, le=300)] = 30
+    alertmanager: Alertmanager = Field(default_factory=Alertmanager)
 
 
 class HealthChecks(Model):

@@ -250,6 +250,7 @@ def build_inventory(
     hosts_yml = {"all": {"children": children}}
 
     gs = cluster.gpu_stack
+    am = cluster.monitoring.alertmanager
     ctl = cluster.groups_with_role("controller")
     all_vars: dict[str, Any] = {
         "clusterforge_inventory_version": INVENTORY_VERSION,
@@ -272,7 +273,8 @@ def build_inventory(
         "clusterforge_accounting": cluster.accounting.model_dump(),
         "clusterforge_monitoring": cluster.monitoring.model_dump(),
         # secret *names*; values come from Ansible Vault (clusterforge_secrets) or AWS SSM
-        "clusterforge_secret_names": [cluster.accounting.password_secret] if cluster.accounting.enabled else [],
+        "clusterforge_secret_names": ([cluster.accounting.password_secret] if cluster.accounting.enabled else [])
+        + (list(am.secret_names) if cluster.monitoring.prometheus and am.enabled else []),
     }
     if stack is not None:
         all_vars["clusterforge_aws_region"] = stack.region

@@ -71,7 +71,7 @@ READERS: dict[str, tuple[str, ...]] = {
     "clusterforge_accounting": ("slurm",),
     "clusterforge_slurm_version": ("slurm",),
     "clusterforge_slurm_package_repo": ("slurm",),
-    "clusterforge_secret_names": ("slurm",),
+    "clusterforge_secret_names": ("slurm", "monitoring"),
     "clusterforge_secret_parameters": ("slurm",),
     "clusterforge_service_manager": tuple(ROLE_GROUPS),
     "clusterforge_cluster_name": ("slurm", "monitoring"),
@@ -196,6 +196,11 @@ SETTINGS: dict[str, SettingRule] = {
         ("monitoring",), HostAction.RESTART_SERVICE, False,
         "prometheus.yml changes and Prometheus restarts; no job is touched",
         "roles/monitoring/vars/main.yml", ("monitoring_server",),
+    ),
+    "clusterforge_monitoring.alertmanager": SettingRule(
+        ("monitoring",), HostAction.RESTART_SERVICE, False,
+        "the rendered alertmanager.yml changes (receivers, routes) and Alertmanager reloads on the monitoring "
+        "server; no job is touched", "roles/monitoring/tasks/alertmanager_config.yml", ("monitoring_server",),
     ),
     # ------------------------------------------------------------------ accounting, secrets
     "clusterforge_accounting": SettingRule(

@@ -3,8 +3,8 @@
 ``render(rc)`` is used by ``clusterforge render``, ``plan``, ``inventory``, ``diff`` and ``local``;
 the check and the Ansible roles read what it wrote through ``manifest.Manifest``. Nothing else
 formats (or parses) a Slurm or NCCL line. The package holds: ``model`` (the config model),
-``slurm``/``topology``/``nccl``/``alerts`` (one builder per file kind), ``versions`` and
-``nccl_versions`` (the cited version gates), ``manifest`` (the contract), ``restart`` (the one
+``slurm``/``topology``/``nccl``/``alerts``/``alertmanager``/``dcgm_exporter`` (one builder per file
+kind), ``versions`` and ``nccl_versions`` (the cited version gates), ``manifest`` (the contract), ``restart`` (the one
 restart policy), ``result``/``writer``/``yamlfile`` (files, atomic writes, YAML from data).
 """
 
@@ -21,7 +21,10 @@ from clusterforge.clusterspec.models import Cluster
 from clusterforge.clusterspec.types import version_tuple
 from clusterforge.errors import RenderError
 from clusterforge.render import agents
+from clusterforge.render.alertmanager import CONFIG_PATH as ALERTMANAGER_PATH
+from clusterforge.render.alertmanager import alertmanager_yaml
 from clusterforge.render.alerts import RULES_PATH, alert_groups, alerts_yaml
+from clusterforge.render.dcgm_exporter import COUNTERS_PATH, JOB_MAPPING_DIR, counters_csv
 from clusterforge.render.manifest import (
     BlockRecord,
     ConfigRecords,
@@ -45,6 +48,7 @@ from clusterforge.render.slurm import (
     Setting,
     cgroup_settings,
     gres_groups,
+    job_mapping_wanted,
     node_fields,
     partition_fields,
     slurm_sections,
@@ -315,6 +319,20 @@ def render(rc: ResolvedCluster) -> RenderResult:
     rule_groups = alert_groups(m)
     if rule_groups:
         add_yaml("prometheus/alerts.yml", alerts_yaml(m, rule_groups), RULES_PATH, ctl_groups, ("prometheus",))
+        if c.monitoring.alertmanager.enabled:
+            add_yaml("alertmanager/alertmanager.yml", alertmanager_yaml(c.name, c.monitoring.alertmanager),
+                     ALERTMANAGER_PATH, ctl_groups, ("alertmanager",))
+    nvidia = tuple(n.group for n in m.compute if n.gpus is not None and n.gpus.vendor == "nvidia")
+    if nvidia and c.monitoring.dcgm_exporter:
+        # read by dcgm-exporter (-f); the dcgm role installs it and restarts the exporter
+        files.append(RenderedFile("dcgm/counters.csv", counters_csv(c.name), COUNTERS_PATH, nvidia, ("dcgm-exporter",),
+                                  "0644", (), "root", ()))
+    if job_mapping_wanted(m):
+        compute = tuple(n.group for n in m.compute)  # every node runs the prolog folder slurm.conf names
+        for phase in ("prolog", "epilog"):
+            add(f"slurm/{phase}.d/dcgm-job-map.sh", "dcgm-job-map.sh.j2",
+                f"{SLURM_CONF}/{phase}.d/50-clusterforge-dcgm-job-map", compute, mode="0755", phase=phase,
+                mapping_dir=JOB_MAPPING_DIR, nvidia_proc="/proc/driver/nvidia")
     notes = tuple(
         f"{n.group}: {n.profile.name} socket layout unknown, slurm.conf has CPUs={n.cpus}"
         + (f" ThreadsPerCore={n.threads_per_core}" if n.threads_per_core else "")

@@ -9,7 +9,16 @@ someone instead of slowing jobs for days:
 * a shared file system of the spec that is not mounted on a node that should have it;
 * the GPU errors DCGM counts by default (facts.md §5): Xid codes with the action each needs, row
   remap failures and pending remaps;
-* a root file system nearly full (the Slurm spool and logs live there: slurmd fails when it is).
+* a root file system nearly full (the Slurm spool and logs live there: slurmd fails when it is);
+* the three the field guides name: GPUs of a running job below 70 % utilisation for 15 minutes
+  (the job is starved), thermal or hardware clock slowdown (one slow GPU holds back a synchronous
+  job), and degraded links (NVLink CRC/replay/recovery errors, InfiniBand ports not active, below
+  their rate or going down, EFA ports not active).
+
+The job a GPU runs comes from dcgm-exporter's HPC job mapping: the Slurm prolog writes the job id
+into ``<mapping dir>/<GPU index>`` (templates/dcgm-job-map.sh.j2) and dcgm-exporter gives that GPU's
+series an ``hpc_job`` label, so only GPUs allocated to a job carry one. The DCGM fields the rules
+read beyond dcgm-exporter's defaults are enabled by the counters file of render/dcgm_exporter.py.
 
 The rules only read series the rendered Prometheus configuration produces: job ``node`` (node
 exporter, :9100) and job ``dcgm`` (dcgm-exporter, :9400), each target labelled with ``instance``
@@ -34,6 +43,31 @@ XID_ACTIONS: tuple[tuple[str, tuple[int, ...], str], ...] = (
     ("GpuXidNeedsReset", (48, 64, 95), "uncorrectable GPU memory error: drain the node and reset the GPU or reboot"),
     ("GpuXidNvlink", (74,), "NVLink error: drain the node and check its NVLink/NVSwitch fabric"),
 )
+
+
+#: The field guides' figure: a GPU of a running job below this utilisation for LOW_UTIL_FOR_S is starved.
+LOW_UTIL_PCT = 70
+LOW_UTIL_FOR_S = 900
+
+#: DCGM_FI_DEV_CLOCKS_EVENT_REASONS bits (dcgm_fields.h DCGM_CLOCKS_EVENT_REASON_*, quoted by
+#: dcgm-exporter's clock_events_collector.go). SW_POWER_CAP (0x4) is left out on purpose: a GPU at
+#: its power limit under full load is normal.
+THERMAL_BITS = (0x20, 0x40)  # SW_THERMAL, HW_THERMAL
+HW_SLOWDOWN_BITS = (0x08, 0x80)  # HW_SLOWDOWN, HW_POWER_BRAKE (clocks cut by half or more)
+
+#: NVLink error counters (enabled by render/dcgm_exporter.py): label value, field, severity.
+NVLINK_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("crc_flit", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "warning"),
+    ("crc_data", "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "warning"),
+    ("replay", "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "warning"),
+    ("recovery", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "critical"),
+)
+
+#: node_infiniband_state_id of an ACTIVE port (node_exporter infiniband collector: 4 = active).
+IB_ACTIVE = 4
+#: node_infiniband_rate_bytes_per_second per Gb/s: the collector turns "400 Gb/sec (4X NDR)" into
+#: bytes per second (its fixture: 40 Gb/sec -> 5e9).
+BYTES_PER_GBIT = 125_000_000
 
 
 @dataclass(frozen=True)
@@ -167,6 +201,144 @@ def _gpu_rules(m: ClusterModel) -> list[AlertRule]:
     return rules
 
 
+def _bits(metric: str, bits: tuple[int, ...]) -> str:
+    """PromQL that keeps ``metric``'s samples (the mask as the value) with any of ``bits`` set.
+    PromQL has no bitwise operators: bit b of x is floor(x / b) % 2."""
+    test = " or ".join(f"floor({metric} / {b}) % 2 == 1" for b in bits)
+    return f"{metric} and ({test})"
+
+
+def _gpu_fault_rules() -> list[AlertRule]:
+    """The guides' GPU alerts: a starved GPU of a running job, clock slowdown, NVLink errors."""
+    util = 'DCGM_FI_DEV_GPU_UTIL{job="dcgm",hpc_job!=""}'
+    reasons = 'DCGM_FI_DEV_CLOCKS_EVENT_REASONS{job="dcgm"}'
+    rules = [
+        AlertRule(
+            "GpuLowUtilisation",
+            # averaged over 5 minutes so that one busy sample (a checkpoint, an evaluation step)
+            # does not restart the 15 minutes
+            f"avg_over_time({util}[5m]) < {LOW_UTIL_PCT}",
+            LOW_UTIL_FOR_S,
+            "warning",
+            "{{ $labels.instance }} GPU {{ $labels.gpu }}: job {{ $labels.hpc_job }} keeps it at "
+            '{{ $value | printf "%.0f" }}% (under 70%) for 15 minutes',
+            "the job is starved: look at its input pipeline (data loader workers, storage throughput) and "
+            "its network (NCCL, a slow or throttled peer GPU shows as its own alert)",
+        ),
+        AlertRule(
+            "GpuThermalThrottling",
+            _bits(reasons, THERMAL_BITS),
+            300,
+            "warning",
+            "{{ $labels.instance }} GPU {{ $labels.gpu }}: clocks held back by thermal slowdown "
+            "(clock-event reasons {{ $value }})",
+            "one slow GPU holds back every synchronous job it is part of: check the node's cooling "
+            "(fans, inlet temperature, DCGM_FI_DEV_GPU_TEMP); drain the node if it persists",
+        ),
+        AlertRule(
+            "GpuHardwareSlowdown",
+            _bits(reasons, HW_SLOWDOWN_BITS),
+            300,
+            "critical",
+            "{{ $labels.instance }} GPU {{ $labels.gpu }}: hardware slowdown or power brake "
+            "(clock-event reasons {{ $value }})",
+            "the clocks are cut by half or more: drain the node and check its power supplies and "
+            "cooling (nvidia-smi -q -d PERFORMANCE)",
+        ),
+    ]
+    for kind, field, severity in NVLINK_COUNTERS:
+        what = kind.replace("_", " ")
+        rules.append(
+            AlertRule(
+                "GpuNvlinkErrors",
+                f'increase({field}{{job="dcgm"}}[15m]) > 0',
+                0,
+                severity,
+                "{{ $labels.instance }} GPU {{ $labels.gpu }}: {{ $value }} NVLink " + what + " errors in 15 minutes",
+                "a degraded NVLink slows every collective across it: drain the node when its jobs end and "
+                "check the link (nvidia-smi nvlink -e, dcgmi diag -r 2)",
+                (("counter", kind),),
+            )
+        )
+    return rules
+
+
+def _fabric_rules(m: ClusterModel) -> list[AlertRule]:
+    """Degraded links of the node groups' fabrics, from node exporter's infiniband collector
+    (/sys/class/infiniband: InfiniBand and RoCE HCAs, and EFA devices, which register there too)."""
+    rules: list[AlertRule] = []
+    spec_groups = {g.name: g for g in m.cluster.node_groups}
+    for n in sorted(m.compute, key=lambda n: n.group):
+        sel = f'job="node",node_group="{n.group}"'
+        if n.fabric == "efa":
+            rules.append(
+                AlertRule(
+                    "EfaPortNotActive",
+                    f"node_infiniband_state_id{{{sel}}} != {IB_ACTIVE}",
+                    _missed(m),
+                    "critical",
+                    "{{ $labels.instance }}: EFA device {{ $labels.device }} port {{ $labels.port }} is in state "
+                    "{{ $value }}, not ACTIVE (4)",
+                    "NCCL loses that EFA path (or falls back to TCP): drain the node and check the device "
+                    "(fi_info -p efa, the efa driver's dmesg lines); stop/start the instance if it stays down",
+                    (("node_group", n.group),),
+                )
+            )
+            continue
+        if n.fabric not in ("infiniband", "roce"):
+            continue
+        fabric = spec_groups[n.group].fabric
+        rated = dict(n.profile.network.hcas or [])
+        hcas = list(fabric.hcas) if fabric and fabric.hcas else sorted(rated)
+        if not hcas:
+            continue
+        dev = f'{sel},device=~"{"|".join(hcas)}"'
+        rules += [
+            AlertRule(
+                "IbPortNotActive",
+                f"node_infiniband_state_id{{{dev}}} != {IB_ACTIVE}",
+                _missed(m),
+                "critical",
+                "{{ $labels.instance }}: {{ $labels.device }} port {{ $labels.port }} is in state {{ $value }}, "
+                "not ACTIVE (4)",
+                "NCCL loses that rail: drain the node and check the cable and the switch port (ibstat, "
+                "ibdiagnet)",
+                (("node_group", n.group),),
+            ),
+            AlertRule(
+                "IbLinkDowned",
+                f"increase(node_infiniband_link_downed_total{{{dev}}}[15m]) > 0",
+                0,
+                "warning",
+                "{{ $labels.instance }}: {{ $labels.device }} port {{ $labels.port }} went down "
+                "{{ $value }} time(s) in 15 minutes",
+                "a flapping link stalls collectives each time it retrains: check the cable and the switch "
+                "port's error counters (ibdiagnet, perfquery)",
+                (("node_group", n.group),),
+            ),
+        ]
+        by_rate: dict[int, list[str]] = {}
+        for h in hcas:
+            if h in rated:
+                by_rate.setdefault(rated[h], []).append(h)
+        for gbps, devs in sorted(by_rate.items()):
+            rules.append(
+                AlertRule(
+                    "IbPortRateLow",
+                    f'node_infiniband_rate_bytes_per_second{{{sel},device=~"{"|".join(devs)}"}}'
+                    f" < {gbps * BYTES_PER_GBIT}",
+                    _missed(m),
+                    "warning",
+                    f"{{{{ $labels.instance }}}}: {{{{ $labels.device }}}} port {{{{ $labels.port }}}} runs at "
+                    f"{{{{ $value | humanize }}}}B/s, below the fabric's {gbps} Gb/s",
+                    "the link trained at a lower rate (a bad cable, transceiver or switch port): every "
+                    "collective through it runs at that rate; drain the node and reseat or replace the cable",
+                    (("node_group", n.group),),
+                )
+            )
+    return rules
+
+
 def alert_groups(m: ClusterModel) -> tuple[RuleGroup, ...]:
     """The rule groups for ``m``; empty when the spec has no Prometheus or no exporter it scrapes."""
     mon = m.cluster.monitoring
@@ -175,7 +347,10 @@ def alert_groups(m: ClusterModel) -> tuple[RuleGroup, ...]:
     groups = [RuleGroup("clusterforge-nodes", tuple(_node_rules(m)))] if mon.node_exporter else []
     gpu = _gpu_rules(m)
     if gpu:
-        groups.append(RuleGroup("clusterforge-gpus", tuple(gpu)))
+        groups.append(RuleGroup("clusterforge-gpus", tuple(gpu + _gpu_fault_rules())))
+    fabric = _fabric_rules(m) if mon.node_exporter else []
+    if fabric:
+        groups.append(RuleGroup("clusterforge-fabric", tuple(fabric)))
     return tuple(groups)
 
 

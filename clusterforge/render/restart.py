@@ -251,6 +251,14 @@ FILE_RULES: dict[str, tuple[ImpactClass, str, str]] = {
                             "topology.yaml(5) https://slurm.schedmd.com/topology.yaml.html"),
     "slurm/slurmdbd.conf": (ImpactClass.RESTART_SLURMDBD, "read by slurmdbd at start",
                             "slurmdbd.conf(5) https://slurm.schedmd.com/slurmdbd.conf.html"),
+    "slurm/prolog.d/dcgm-job-map.sh": (ImpactClass.NONE, "slurmd runs the prolog folder anew for each job",
+                                       "slurm.conf(5) Prolog"),
+    "slurm/epilog.d/dcgm-job-map.sh": (ImpactClass.NONE, "slurmd runs the epilog folder anew for each job",
+                                       "slurm.conf(5) Epilog"),
+    "dcgm/": (ImpactClass.NONE, "dcgm-exporter's counters: the dcgm role restarts dcgm-exporter on GPU nodes; no "
+              "Slurm daemon or job is touched", "dcgm-exporter README (-f, counters file)"),
+    "alertmanager/": (ImpactClass.NONE, "the monitoring role reloads Alertmanager on the monitoring server; no Slurm "
+                      "daemon or job is touched", "Alertmanager docs, Configuration (reload)"),
     "nccl/": (ImpactClass.NONE, "NCCL reads /etc/nccl.conf when a job initialises it: new jobs get the change, "
               "running jobs keep theirs", "NCCL docs, Environment Variables (nccl.conf)"),
     "env/": (ImpactClass.NONE, "sourced by login shells and job environments: new jobs and sessions get it",

@@ -39,6 +39,15 @@ def controller_line(m: ClusterModel) -> list[Setting]:
     return out
 
 
+def job_mapping_wanted(m: ClusterModel) -> bool:
+    """Whether the render has the prolog/epilog of dcgm-exporter's job mapping: dcgm-exporter runs on
+    NVIDIA GPU nodes and Prometheus reads it (the GpuLowUtilisation alert needs the hpc_job label)."""
+    mon = m.cluster.monitoring
+    return mon.prometheus and mon.dcgm_exporter and any(
+        n.gpus is not None and n.gpus.vendor == "nvidia" for n in m.compute
+    )
+
+
 def slurm_sections(m: ClusterModel) -> list[Section]:
     c = m.cluster
     s = c.slurm
@@ -129,6 +138,17 @@ def slurm_sections(m: ClusterModel) -> list[Section]:
             Section(
                 "Network topology",
                 (Setting("TopologyPlugin", m.topology.plugin, "topology-aware placement from topology.conf"),),
+            )
+        )
+    if job_mapping_wanted(m):
+        sections.append(
+            Section(
+                "Job prolog and epilog",
+                (
+                    # a glob (slurm.conf(5) from 22.05 on): each concern drops its own script into the folder
+                    Setting("Prolog", f"{SLURM_CONF}/prolog.d/*", "run by slurmd as root when a job starts here"),
+                    Setting("Epilog", f"{SLURM_CONF}/epilog.d/*", "run by slurmd as root when a job ends here"),
+                ),
             )
         )
     if c.health_checks.enabled:

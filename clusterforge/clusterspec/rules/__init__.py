@@ -4,13 +4,14 @@ The schema (``clusterspec/models.py``) guarantees shapes; these rules weigh the 
 hardware catalog (the profiles ``clusterforge.resolve`` resolved, discovered facts applied), the
 target Slurm version and itself. Every finding names the field path, the value, why it matters and
 how to fix it. Each rule is a function registered in ``RULES`` by ``@rule``, in the module of its
-section: ``nodes``, ``network``, ``partitions``, ``topology``, ``versions``, ``packages``, ``storage``,
+section: ``nodes``, ``network``, ``partitions``, ``monitoring``, ``topology``, ``versions``, ``packages``, ``storage``,
 ``paths`` (no system folder as a target), ``extra_conf`` (no weakening of authentication or isolation)
 (``base`` holds what they share); a test checks that each one can fire.
 """
 
 from clusterforge.clusterspec.rules import (
     extra_conf,
+    monitoring,
     network,
     nodes,
     packages,
@@ -23,6 +24,6 @@ from clusterforge.clusterspec.rules import (
 from clusterforge.clusterspec.rules.base import RULES, Finding, Level, Rule, RuleContext, errors, rule, validate
 
 __all__ = [
-    "RULES", "Finding", "Level", "Rule", "RuleContext", "errors", "extra_conf", "network", "nodes", "packages",
-    "partitions", "paths", "rule", "storage", "topology", "validate", "versions",
+    "RULES", "Finding", "Level", "Rule", "RuleContext", "errors", "extra_conf", "monitoring", "network", "nodes",
+    "packages", "partitions", "paths", "rule", "storage", "topology", "validate", "versions",
 ]
