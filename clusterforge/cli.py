@@ -623,6 +623,59 @@ def catalog_cmd(
     _print_table(table)
 
 
+@app.command("nccl-verdict")
+def nccl_verdict_cmd(
+    results: Annotated[
+        list[str],
+        typer.Argument(help="the job's output folder (all.out, node-<name>.out), nccl-tests output files, "
+                       "or NAME=FILE for a node's file"),
+    ],
+    expect: Annotated[
+        str | None, typer.Option(help="instance type or fabric in catalog/nccl_expected.yaml, e.g. p5.48xlarge")
+    ] = None,
+    expect_gbs: Annotated[float | None, typer.Option(help="expected busbw of the all-nodes run (GB/s)")] = None,
+    node_expect_gbs: Annotated[float | None, typer.Option(help="expected busbw of each node alone (GB/s)")] = None,
+    min_size: Annotated[str, typer.Option(help="smallest message size judged (nccl-tests sizes: 1G, 512M)")] = "1G",
+    tolerance: Annotated[float, typer.Option(help="pass at this fraction of the expected busbw")] = 0.90,
+    outlier: Annotated[float, typer.Option(help="a node this fraction below the nodes' median is slow")] = 0.10,
+) -> None:
+    """Judge nccl-tests all_reduce_perf output against published busbw and name the slow nodes
+    (examples/jobs/nccl-allreduce.sbatch). Exit 0 pass, 1 below expectation, 2 unreadable input."""
+    from clusterforge.nccl_verdict import collect_inputs, format_verdict, judge, load_expectations, parse_file
+    from clusterforge.nccl_verdict.report import parse_size
+
+    if not 0 < tolerance <= 1 or not 0 <= outlier < 1:
+        raise ClusterforgeError(
+            f"--tolerance {tolerance} / --outlier {outlier}: give 0 < tolerance <= 1 and 0 <= outlier < 1")
+    table = load_expectations()
+    expected = node_expected = None
+    if expect is not None:
+        expected = table.get(expect)
+        if expected is None:
+            raise ClusterforgeError(f"--expect {expect!r}: not in catalog/nccl_expected.yaml; known: "
+                                    f"{', '.join(sorted(table))} (or give --expect-gbs/--node-expect-gbs)")
+        node_expected = table[expected.single_node] if expected.single_node else (
+            expected if expected.scope == "single-node" else None)
+    run_path, node_paths = collect_inputs(results)
+    if expected is None and expect_gbs is None and node_expect_gbs is None and len(node_paths) < 3:
+        raise ClusterforgeError("nothing to hold the figures to: give --expect TYPE (catalog/nccl_expected.yaml), "
+                                "--expect-gbs/--node-expect-gbs, or 3+ per-node files to compare with each other")
+    verdict = judge(
+        parse_file(run_path) if run_path else None,
+        {name: parse_file(p) for name, p in node_paths.items()},
+        expected,
+        expect_gbs=expect_gbs,
+        node_expect_gbs=node_expect_gbs,
+        node_expected=node_expected,
+        min_bytes=parse_size(min_size),
+        tolerance=tolerance,
+        outlier=outlier,
+    )
+    for line in format_verdict(verdict):
+        out.print(line, markup=False)
+    raise typer.Exit(verdict.exit_code)
+
+
 def main() -> None:
     # standalone_mode=False: click's usage errors come back here, so that the ones click raises
     # before it knows the command (an option without its value) also get the "Try --help" line
