@@ -133,6 +133,9 @@ class AwsCluster(pulumi.ComponentResource):
                     subnet_id=subnet_id,
                     security_group_ids=sgs,
                     instance_profile_name=profile.name,
+                    state_volume_id=storage.state_volume.id
+                    if group.role == "controller" and storage.state_volume is not None
+                    else None,
                     opts=child_opts(self),
                 )
                 groups_out[group.name] = out.output_fields(

@@ -3,6 +3,11 @@ and ``protect``-ed (a `pulumi destroy` or a replacing change stops at them inste
 checkpoints and home directories; ``pulumi state unprotect`` first when that is really meant).
 
 On-prem storage kinds of the spec (``nfs``, ``lustre``) create nothing here; Ansible mounts them.
+
+The controller's state volume (``slurm.state_storage: {type: ebs}``) is here too: an encrypted EBS
+volume in the controller's availability zone, ``protect``-ed like the file systems, so replacing or
+terminating the controller leaves it (and the jobs in its StateSaveLocation) behind; infra/head.py
+attaches it to the controller instance, and a replacement instance gets the same volume.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import pulumi
 import pulumi_aws as aws
 
 from clusterforge.aws import layout
-from clusterforge.clusterspec.models import Cluster, Efs, FsxLustre
+from clusterforge.clusterspec.models import Cluster, EbsStateStorage, Efs, FsxLustre
 from infra.common import TOKEN_PREFIX, child_opts, cluster_tags
 
 #: Automatic daily backups of an FSx file system not linked to S3 are kept this long (0-90 days
@@ -49,10 +54,20 @@ class EfsArgs:
 
 
 @dataclass(frozen=True)
+class StateVolumeArgs:
+    controller: str
+    """the controller's host name (the volume's Name tag says whose state it holds)"""
+    availability_zone: str
+    size_gib: int
+    volume_type: str
+
+
+@dataclass(frozen=True)
 class StorageArgs:
     cluster: str
     fsx: tuple[FsxArgs, ...]
     efs: tuple[EfsArgs, ...]
+    state_volume: StateVolumeArgs | None = None
 
     @classmethod
     def from_cluster(cls, cluster: Cluster) -> StorageArgs:
@@ -70,7 +85,26 @@ class StorageArgs:
             efs=tuple(
                 EfsArgs(s.name, s.mount, s.throughput_mode, mt_subnets) for s in cluster.storage if isinstance(s, Efs)
             ),
+            state_volume=_state_volume(cluster),
         )
+
+
+def _state_volume(cluster: Cluster) -> StateVolumeArgs | None:
+    st = cluster.slurm.state_storage
+    ctl = [g for g in cluster.groups_with_role("controller") if g.cloud is not None]
+    if not isinstance(st, EbsStateStorage) or not ctl:
+        return None  # the spec rules refuse ebs without a cloud controller (state-ebs-not-on-aws)
+    if len(ctl[0].hostnames) != 1:
+        raise layout.LayoutError(
+            f"slurm.state_storage ebs with {len(ctl[0].hostnames)} controllers: an EBS volume attaches to one "
+            "instance; two controllers share their state on storage[] (state_storage type shared)"
+        )
+    return StateVolumeArgs(
+        controller=ctl[0].hostnames[0],
+        availability_zone=layout.subnet_for(cluster, ctl[0]).availability_zone,
+        size_gib=st.size_gib,
+        volume_type=st.volume_type,
+    )
 
 
 class Storage(pulumi.ComponentResource):
@@ -79,6 +113,7 @@ class Storage(pulumi.ComponentResource):
     fsx: dict[str, aws.fsx.LustreFileSystem]
     efs: dict[str, aws.efs.FileSystem]
     mounts: dict[str, dict[str, pulumi.Input[str] | None]]
+    state_volume: aws.ebs.Volume | None
 
     def __init__(
         self,
@@ -177,5 +212,21 @@ class Storage(pulumi.ComponentResource):
                 "dns_name": efs.dns_name,
                 "mount_name": None,
             }
+
+        self.state_volume = None
+        sv = args.state_volume
+        if sv is not None:
+            self.state_volume = aws.ebs.Volume(
+                f"{name}-state",
+                availability_zone=sv.availability_zone,
+                size=sv.size_gib,
+                type=sv.volume_type,
+                # encrypted with the account's default EBS key (aws/ebs) unless kms_key_id is given
+                encrypted=True,
+                tags=cluster_tags(args.cluster, {"Name": f"{args.cluster}-state-{sv.controller}"}),
+                # the one copy of slurmctld's state (and a controller-local MariaDB): `pulumi destroy`
+                # or a replacing change stops here until `pulumi state unprotect` says otherwise
+                opts=child_opts(self, pulumi.ResourceOptions(protect=True)),
+            )
 
         self.register_outputs({"mounts": self.mounts})

@@ -40,6 +40,7 @@ EXPECTED_COUNTS = {
         "aws:autoscaling/group:Group": 2,
         "aws:autoscaling/schedule:Schedule": 2,
         "aws:dynamodb/table:Table": 1,
+        "aws:ebs/volume:Volume": 1,  # the controller's state volume (slurm.state_storage ebs)
         "aws:ec2/eip:Eip": 1,
         "aws:ec2/instance:Instance": 2,
         "aws:ec2/internetGateway:InternetGateway": 1,
@@ -52,6 +53,7 @@ EXPECTED_COUNTS = {
         "aws:ec2/securityGroup:SecurityGroup": 7,
         "aws:ec2/subnet:Subnet": 2,
         "aws:ec2/vpc:Vpc": 1,
+        "aws:ec2/volumeAttachment:VolumeAttachment": 1,
         "aws:ec2/vpcEndpoint:VpcEndpoint": 1,
         "aws:efs/backupPolicy:BackupPolicy": 1,  # automatic backups of home (policy pack: clusterforge-backups)
         "aws:efs/fileSystem:FileSystem": 1,

@@ -68,10 +68,11 @@ def test_mount_path_normalised_too() -> None:
 @pytest.mark.parametrize(
     ("example", "mutate"),
     [
-        # the defaults and the legitimate neighbours of refused folders
-        ("p5-training.yaml", lambda d: d["slurm"].update(state_save_location="/var/spool/slurmctld")),
-        ("p5-training.yaml", lambda d: d["slurm"].update(state_save_location="/home/slurm/state")),
-        ("p5-training.yaml", lambda d: d["slurm"].update(state_save_location="/fsx/slurm/state")),
+        # the defaults and the legitimate neighbours of refused folders (without the example's ebs
+        # state_storage, whose mount the state must lie below: tests/test_spec.py)
+        ("p5-training.yaml", lambda d: (d["slurm"].pop("state_storage"), d["slurm"].update(state_save_location="/var/spool/slurmctld"))),
+        ("p5-training.yaml", lambda d: (d["slurm"].pop("state_storage"), d["slurm"].update(state_save_location="/home/slurm/state"))),
+        ("p5-training.yaml", lambda d: (d["slurm"].pop("state_storage"), d["slurm"].update(state_save_location="/fsx/slurm/state"))),
         ("p5-training.yaml", lambda d: _gpu(d)["cloud"].update(local_nvme_raid0="/scratch/nvme")),
         ("p5-training.yaml", lambda d: _gpu(d)["cloud"].update(local_nvme_raid0="/var/lib/scratch")),
         ("onprem-dgx.yaml", lambda d: d.setdefault("health_checks", {}).update(program="/opt/site/bin/check")),

@@ -747,7 +747,11 @@ def test_the_manifest_copy_holds_no_secret(bases: dict[str | None, Manifest]) ->
 
 # ----------------------------------------------------------------------------- the real role
 
-HANDLER_ORDER = ["Restart mariadb", "Restart slurmdbd", "Restart slurmctld", "Reconfigure slurm", "Restart slurmd"]
+# "Reload systemd" first: a changed RequiresMountsFor drop-in (the state's file system) must be
+# loaded before any restart
+HANDLER_ORDER = [
+    "Reload systemd", "Restart mariadb", "Restart slurmdbd", "Restart slurmctld", "Reconfigure slurm", "Restart slurmd",
+]
 
 
 def _handler_topics() -> list[str]:

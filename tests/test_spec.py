@@ -274,7 +274,22 @@ CASES: list[tuple[str, str, Mut, Level]] = [
     ("onprem-dgx.yaml", "duplicate-mount", lambda d: d["storage"][1].update(mount="/home"), Level.ERROR),
     ("onprem-dgx.yaml", "aws-storage-without-aws", lambda d: d["storage"].append({"name": "efs1", "type": "efs", "mount": "/efs"}), Level.ERROR),
     ("onprem-dgx.yaml", "missing-facts-dir", lambda d: d.update(facts_dir="nowhere"), Level.ERROR),
+    # issue 15 item 6: where the controller's state lives (rules/state.py); p5-training keeps it on
+    # a retained EBS volume, which two controllers cannot share
     ("p5-training.yaml", "ha-state-not-shared", lambda d: _g(d, "head")["cloud"].update(count=2), Level.ERROR),
+    ("p5-training.yaml", "ha-state-not-shared", lambda d: (
+        _g(d, "head")["cloud"].update(count=2), d["slurm"].pop("state_storage"),
+        d["slurm"].update(state_save_location="/var/spool/slurmctld")), Level.ERROR),
+    ("p5-training.yaml", "state-on-root-volume", lambda d: (
+        d["slurm"].pop("state_storage"), d["slurm"].update(state_save_location="/var/spool/slurmctld")), Level.WARNING),
+    ("p5-training.yaml", "state-outside-storage", lambda d: d["slurm"].update(
+        state_save_location="/var/spool/slurmctld"), Level.ERROR),
+    ("p5-training.yaml", "state-outside-storage", lambda d: d["slurm"].update(
+        state_storage={"type": "shared", "mount": "/fsx"}), Level.ERROR),
+    ("p5-training.yaml", "state-storage-unknown-mount", lambda d: d["slurm"].update(
+        state_storage={"type": "shared", "mount": "/shared"}, state_save_location="/shared/slurm/state"), Level.ERROR),
+    ("hybrid.yaml", "state-ebs-not-on-aws", lambda d: d.setdefault("slurm", {}).update(
+        state_storage={"type": "ebs"}, state_save_location="/srv/clusterforge-state/slurmctld"), Level.ERROR),
     ("p5-training.yaml", "no-compute", lambda d: (
         d.update(node_groups=[g for g in d["node_groups"] if g["role"] != "compute"]), d.pop("partitions")), Level.ERROR),
     ("hybrid.yaml", "cloud-return-to-service", lambda d: d["slurm"].update(return_to_service=1), Level.ERROR),

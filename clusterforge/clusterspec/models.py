@@ -456,6 +456,34 @@ class GpuStack(Model):
         return self
 
 
+#: Where a ``state_storage: {type: ebs}`` volume is mounted on the controller. Fixed, so the user
+#: data (clusterforge/aws/userdata.py), the rules and the Slurm role agree on it without passing
+#: it around; StateSaveLocation and a controller-local MariaDB's datadir live below it.
+STATE_VOLUME_MOUNT = "/srv/clusterforge-state"
+
+
+class EbsStateStorage(Model):
+    """A retained EBS volume (AWS): created beside the controller, attached to it, kept when the
+    instance is replaced or terminated (``protect``); one controller only."""
+
+    type: Literal["ebs"]
+    size_gib: Annotated[int, Field(ge=8, le=16384)] = Field(
+        64, description=f"the volume's size; mounted at {STATE_VOLUME_MOUNT} on the controller"
+    )
+    volume_type: Literal["gp3", "io2"] = "gp3"
+
+
+class SharedStateStorage(Model):
+    """A folder on a shared file system of ``storage[]`` (FSx, EFS, NFS, Lustre): both controllers
+    of a primary/backup pair see the same state."""
+
+    type: Literal["shared"]
+    mount: AbsPath = Field(description="the mount of one storage[] entry, e.g. /fsx")
+
+
+StateStorage = Annotated[EbsStateStorage | SharedStateStorage, Field(discriminator="type")]
+
+
 class SlurmSettings(Model):
     version: SlurmVersion = Field(
         "23.11", description="Slurm release the configs are rendered for (the default: what the default os ships)"
@@ -466,7 +494,18 @@ class SlurmSettings(Model):
         "does not ship that release (clusterforge/catalog/os_slurm.yaml)",
     )
     state_save_location: AbsPath = Field(
-        "/var/spool/slurmctld", description="slurmctld state; on shared storage when there are two controllers"
+        "/var/spool/slurmctld",
+        description="slurmctld state (StateSaveLocation); below state_storage's mount when that is set",
+    )
+    state_storage: StateStorage | None = Field(
+        None,
+        description="where the controller's state lives: ebs (a retained volume, AWS) or shared (a storage[] "
+        "mount); empty: the controller's root disk, which AWS deletes with the instance",
+    )
+    slurmctld_timeout_s: Annotated[int, Field(ge=5, le=3600)] = Field(
+        120,
+        description="SlurmctldTimeout: seconds the backup controller waits for the primary before taking over "
+        "(Slurm's default 120)",
     )
     return_to_service: Literal[0, 1, 2] = 2
     os_memory_reserve_mib: Annotated[int, Field(ge=0)] = Field(

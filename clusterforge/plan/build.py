@@ -80,6 +80,7 @@ def plan_from_recording(
                     parent=keys.get(r.parent_urn) if r.parent_urn else None,
                     kind=_kind(r.type, r.custom),
                     properties=_properties(r.inputs),
+                    protected=r.protect,
                 )
                 for r in recording.resources
             ),

@@ -31,6 +31,7 @@ class PlannedResource:
     ``kind``: ``component`` (a ``clusterforge:aws:*`` grouping), ``provider`` or ``resource``.
     ``properties``: the inputs as the program gives them; values the cloud assigns read
     ``(known after apply)``, secrets ``(secret)``, user data its sha256.
+    ``protected``: created with ``protect=True`` (`pulumi destroy` stops at it: it holds data).
     """
 
     key: str
@@ -39,6 +40,7 @@ class PlannedResource:
     parent: str | None
     kind: str
     properties: dict[str, Any] = field(default_factory=dict)
+    protected: bool = False
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,8 @@ def to_dict(plan: Plan) -> dict[str, Any]:
                     "parent": r.parent,
                     "kind": r.kind,
                     "properties": r.properties,
+                    # only where set: the resources that hold data
+                    **({"protected": True} if r.protected else {}),
                 }
                 for r in plan.resources
             },
@@ -164,6 +166,10 @@ SUMMARY: dict[str, Callable[[dict[str, Any]], str]] = {
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": lambda p: (
         f"{p.get('dataRepositoryPath')} -> {p.get('fileSystemPath')}"
     ),
+    "aws:ebs/volume:Volume": lambda p: (
+        f"{p.get('type')} {p.get('size')} GiB {p.get('availabilityZone')} encrypted={p.get('encrypted')}"
+    ),
+    "aws:ec2/volumeAttachment:VolumeAttachment": lambda p: f"as {p.get('deviceName')}",
     "aws:efs/fileSystem:FileSystem": lambda p: f"encrypted={p.get('encrypted')} {p.get('throughputMode')}",
     "aws:ssm/parameter:Parameter": lambda p: f"{p.get('name')} ({p.get('type')})",
     "aws:iam/rolePolicyAttachment:RolePolicyAttachment": lambda p: str(p.get("policyArn", "")).rsplit("/", 1)[-1],
@@ -190,7 +196,8 @@ def _tree(plan: Plan) -> Tree:
 
     def label(r: PlannedResource) -> Text:
         summary = _summary(r)
-        return Text(f"{_short_type(r.type)} {r.name}{'  ' + summary if summary else ''}", overflow="fold")
+        guard = "  [protected]" if r.protected else ""
+        return Text(f"{_short_type(r.type)} {r.name}{'  ' + summary if summary else ''}{guard}", overflow="fold")
 
     def walk(r: PlannedResource, node: Tree) -> None:
         kids = sorted(children.get(r.key, []), key=lambda c: (c.kind != "component", c.type, c.name))

@@ -49,6 +49,7 @@ from clusterforge.render.slurm import (
     cgroup_settings,
     gres_groups,
     job_mapping_wanted,
+    mariadb_datadir,
     node_fields,
     partition_fields,
     slurm_sections,
@@ -187,7 +188,7 @@ def _records(
     )
 
 
-def _layout(sections: list[Section], dbd: list[Setting] | None) -> SlurmLayout:
+def _layout(sections: list[Section], dbd: list[Setting] | None, mariadb_datadir: str | None) -> SlurmLayout:
     """The paths and users the Slurm role needs, from the settings rendered (never re-derived)."""
     conf = {st.key: st.value for sec in sections for st in sec.settings}
     dbd_conf = {st.key: st.value for st in dbd or []}
@@ -205,6 +206,7 @@ def _layout(sections: list[Section], dbd: list[Setting] | None) -> SlurmLayout:
         )
         if dbd
         else None,
+        mariadb_datadir=mariadb_datadir,
     )
 
 
@@ -264,7 +266,7 @@ def render(rc: ResolvedCluster) -> RenderResult:
     partitions = partition_fields(m)
     gres = gres_groups(m) if m.has_gpus else []
     dbd = slurmdbd_settings(m) if c.accounting.enabled else None
-    layout = _layout(sections, dbd)
+    layout = _layout(sections, dbd, mariadb_datadir(c))
     add(
         "slurm/slurm.conf", "slurm.conf.j2", f"{SLURM_CONF}/slurm.conf", all_groups, ("slurmctld", "slurmd"),
         sections=sections, nodes=nodes, node_count=sum(len(n.names) for n in m.compute),

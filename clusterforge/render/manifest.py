@@ -101,6 +101,9 @@ class SlurmLayout(_M):
     slurmctld_log_file: str
     slurmd_log_file: str
     slurmdbd: SlurmdbdLayout | None = None
+    mariadb_datadir: str | None = None
+    """the controller-local MariaDB's datadir when it lives on the state volume (slurm.state_storage
+    ebs); None: the package's own (/var/lib/mysql)"""
 
 
 class NodeRecord(_M):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clusterforge import hostlist
+from clusterforge.clusterspec.models import STATE_VOLUME_MOUNT, Cluster, EbsStateStorage
 from clusterforge.render.model import ClusterModel, NodeSet
 from clusterforge.render.versions import has
 
@@ -93,7 +94,13 @@ def slurm_sections(m: ClusterModel) -> list[Section]:
                         2: "a node returns to service when it registers with a valid configuration",
                     }[s.return_to_service],
                 ),
-                Setting("SlurmctldTimeout", "300"),
+                Setting(
+                    "SlurmctldTimeout",
+                    str(s.slurmctld_timeout_s),
+                    "the backup controller takes over after the primary is silent this long"
+                    if len(m.controllers) > 1
+                    else "how long a backup would wait for the primary (one controller: no backup)",
+                ),
                 Setting(
                     "SlurmdTimeout",
                     str(s.slurmd_timeout_s),
@@ -394,6 +401,19 @@ def cgroup_settings(m: ClusterModel) -> list[Setting]:
         Setting("ConstrainRAMSpace", "yes", "a job is OOM-killed at its memory request instead of the node"),
     ]
     return out
+
+
+def mariadb_datadir(c: Cluster) -> str | None:
+    """MariaDB's datadir on the state volume, when accounting keeps its database on the controller
+    and the controller's state is on a retained EBS volume: the job history then outlives the
+    instance too. None elsewhere (the package's /var/lib/mysql; a database on NFS/Lustre is not
+    something MariaDB supports well, so ``shared`` state leaves it where it is)."""
+    a = c.accounting
+    ctl = {h for g in c.groups_with_role("controller") for h in g.hostnames}
+    on_controller = a.storage_host == "localhost" or a.storage_host in ctl
+    if a.enabled and on_controller and isinstance(c.slurm.state_storage, EbsStateStorage):
+        return f"{STATE_VOLUME_MOUNT}/mysql"
+    return None
 
 
 def slurmdbd_settings(m: ClusterModel) -> list[Setting]:

@@ -5,8 +5,8 @@ hardware catalog (the profiles ``clusterforge.resolve`` resolved, discovered fac
 target Slurm version and itself. Every finding names the field path, the value, why it matters and
 how to fix it. Each rule is a function registered in ``RULES`` by ``@rule``, in the module of its
 section: ``nodes``, ``network``, ``partitions``, ``monitoring``, ``topology``, ``versions``, ``packages``, ``storage``,
-``paths`` (no system folder as a target), ``extra_conf`` (no weakening of authentication or isolation)
-(``base`` holds what they share); a test checks that each one can fire.
+``state`` (where the controller's state lives), ``paths`` (no system folder as a target), ``extra_conf``
+(no weakening of authentication or isolation) (``base`` holds what they share); a test checks that each one can fire.
 """
 
 from clusterforge.clusterspec.rules import (
@@ -17,6 +17,7 @@ from clusterforge.clusterspec.rules import (
     packages,
     partitions,
     paths,
+    state,
     storage,
     topology,
     versions,
@@ -25,5 +26,6 @@ from clusterforge.clusterspec.rules.base import RULES, Finding, Level, Rule, Rul
 
 __all__ = [
     "RULES", "Finding", "Level", "Rule", "RuleContext", "errors", "extra_conf", "monitoring", "network", "nodes",
-    "packages", "partitions", "paths", "rule", "storage", "topology", "validate", "versions",
+    "packages",
+    "partitions", "paths", "rule", "state", "storage", "topology", "validate", "versions",
 ]

@@ -35,14 +35,7 @@ def one_controller(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
             "Slurm needs exactly one controller group with one host (or two for a backup controller).",
             "mark exactly one node group 'role: controller' with count 1 (or 2).",
         )
-    elif hosts == 2 and not any(
-        c.slurm.state_save_location.startswith(s.mount.rstrip("/") + "/") for s in c.storage
-    ):
-        yield Finding(
-            Level.ERROR, "ha-state-not-shared", "slurm.state_save_location", c.slurm.state_save_location,
-            "two controllers must share StateSaveLocation, or the backup takes over with stale state.",
-            "put slurm.state_save_location under a shared storage mount (e.g. /fsx/slurm/state).",
-        )
+    # two controllers and their shared state: rules/state.py
     if not c.groups_with_role("compute"):
         yield Finding(
             Level.ERROR, "no-compute", "node_groups", len(c.node_groups),
