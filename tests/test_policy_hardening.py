@@ -537,12 +537,13 @@ def test_fsx_without_s3_gets_backups_and_passes() -> None:
 
 def test_kms_advice_on_the_p5_example_names_every_aws_managed_key_use() -> None:
     """What the advisory rule prints for p5-training (written from infra/): every launch template
-    and instance volume, FSx, EFS; not the slurmdbd SecureString, which the cluster's own key
-    encrypts (infra/secrets.py)."""
+    and instance volume, the controller's retained state volume (slurm.state_storage: ebs), FSx,
+    EFS; not the slurmdbd SecureString, which the cluster's own key encrypts (infra/secrets.py)."""
     _, advised = _pack_findings(run_example("p5-training", preview=True))
     assert {t for t, _ in advised} == {
         rules.LAUNCH_TEMPLATE,
         rules.INSTANCE,
+        "aws:ebs/volume:Volume",
         rules.FSX_LUSTRE,
         rules.EFS,
     }

@@ -31,7 +31,10 @@ def _read_json(path: Path, field: str) -> Any:
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise RenderError(f"{field} {str(path)!r}: cannot read JSON ({exc})") from None
+        raise RenderError(
+            f"{field} {str(path)!r}: cannot read JSON ({exc}); point it at a JSON file: the output of "
+            "`aws ec2 describe-instance-topology --output json` or a node-to-network-nodes mapping"
+        ) from None
 
 
 def ec2_paths(t: Topology, base_dir: Path) -> dict[str, list[str]]:
