@@ -142,5 +142,15 @@ def cloud_slurm(net: str, ns: tuple[str, str, str], *, cluster: str, auth_extra:
                 p.kill()
                 p.wait(3)
         for n in ns:
+            kill_netns_pids(n)
             subprocess.run(["ip", "netns", "del", n], capture_output=True, timeout=10)
         shutil.rmtree(w, ignore_errors=True)
+
+
+def kill_netns_pids(n: str) -> None:
+    """SIGKILL whatever still runs in namespace ``n``: the slurmstepds of jobs that outlived
+    their slurmd (a stepd keeps running without it, waiting for a slurmd that never returns)."""
+    r = subprocess.run(["ip", "netns", "pids", n], capture_output=True, text=True, timeout=10)
+    for pid in r.stdout.split():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid), 9)

@@ -39,7 +39,7 @@ from clusterforge.render import render_cluster
 from clusterforge.render.writer import render_tree
 
 from .conftest import EXAMPLES
-from .slurm_netns import sh, wait
+from .slurm_netns import kill_netns_pids, sh, wait
 
 pytestmark = [
     pytest.mark.slurm,
@@ -161,6 +161,7 @@ class Ha:
         return ns
 
     def drop_host(self, name: str) -> None:
+        kill_netns_pids(NS[name])
         sh("ip", "netns", "del", NS[name])  # its veth pair goes with it
         self.namespaces.remove(NS[name])
 
@@ -212,6 +213,7 @@ class Ha:
                 p.kill()
                 p.wait(5)
         for ns in reversed(self.namespaces):
+            kill_netns_pids(ns)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
         shutil.rmtree(self.w, ignore_errors=True)
 
