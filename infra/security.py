@@ -160,24 +160,19 @@ class Security(pulumi.ComponentResource):
                         source_group=source_group,
                         cidr=cidr,
                     )
-                self._ingress(
-                    f"controller-in-{tag}-udp",
-                    self.controller,
-                    "udp",
-                    (0, 65535),
-                    description=f"UDP from {tag} nodes",
-                    source_group=source_group,
-                    cidr=cidr,
-                )
-                self._ingress(
-                    f"controller-in-{tag}-icmp",
-                    self.controller,
-                    "icmp",
-                    (-1, -1),
-                    description=f"ICMP from {tag} nodes (path MTU discovery, ping)",
-                    source_group=source_group,
-                    cidr=cidr,
-                )
+                for proto, ports, description in (
+                    ("udp", (0, 65535), f"UDP from {tag} nodes"),
+                    ("icmp", (-1, -1), f"ICMP from {tag} nodes (path MTU discovery, ping)"),
+                ):
+                    self._ingress(
+                        f"controller-in-{tag}-{proto}",
+                        self.controller,
+                        proto,
+                        ports,
+                        description=description,
+                        source_group=source_group,
+                        cidr=cidr,
+                    )
 
         self.login = None
         if args.login and args.login_allowed_cidrs:

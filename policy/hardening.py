@@ -63,7 +63,9 @@ STAR_RESOURCE_ACTIONS: Mapping[str, str] = {
     "autoscaling:DescribeAutoScalingInstances": "the controller's scale-in (retire.py) maps instances to groups",
     # The SSM agent (Session Manager, Run Command): the ssmmessages and ec2messages operations name
     # no resource type; UpdateInstanceInformation is granted on '*' by AWS's own instance policies
-    # (AmazonSSMManagedInstanceCore, the Session Manager minimal instance policy).
+    # (AmazonSSMManagedInstanceCore, the Session Manager minimal instance policy). The pack imports
+    # no clusterforge (rules.py), so this copies clusterforge/aws/iam.py's SSM_AGENT_ACTIONS; a test
+    # keeps the two equal.
     **{
         a: "the SSM agent (Session Manager, Run Command)"
         for a in (

@@ -22,6 +22,7 @@ from pulumi_policy import (
 )
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
+from clusterforge.aws.iam import SSM_AGENT_ACTIONS
 from clusterforge.plan.mocks import Recording
 from clusterforge.plan.model import UNKNOWN
 from policy import hardening, pack, rules, stateful
@@ -548,3 +549,10 @@ def test_kms_advice_on_the_p5_example_names_every_aws_managed_key_use() -> None:
         rules.EFS,
     }
     assert ("aws:fsx/lustreFileSystem:LustreFileSystem", "p5-training-fsx") in advised
+
+
+def test_the_pack_allows_on_star_exactly_the_ssm_agent_actions_the_program_grants() -> None:
+    """The pack is standalone (policy/rules.py: it imports no clusterforge), so it keeps its own
+    copy of the SSM agent's actions; this keeps the copy and the program's list in step."""
+    allowed = {a for a, why in hardening.STAR_RESOURCE_ACTIONS.items() if why.startswith("the SSM agent")}
+    assert allowed == set(SSM_AGENT_ACTIONS)
