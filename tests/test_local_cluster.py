@@ -376,6 +376,102 @@ def test_restarting_slurmctld_loses_no_job(cluster: tuple[LocalCluster, Runs]) -
         lc, "login", f"sacct -n -X -j {queued} -o State"), 90)
 
 
+def test_restarting_slurmdbd_loses_no_accounting_record(cluster: tuple[LocalCluster, Runs]) -> None:
+    """slurmdbd restarted while jobs start and end: slurmctld queues the records it could not send
+    (its DBD agent queue) and sends them when slurmdbd is back; sacct then has every job, completed."""
+    lc, _ = cluster
+    ids = [sh(lc, "login", f"sbatch --parsable -N1 -p cpu --wrap 'sleep {2 + i % 3}'").strip() for i in range(8)]
+    svc(lc, "ctl", "restart", "slurmdbd")
+    ids += [sh(lc, "login", "sbatch --parsable -N1 -p cpu --wrap 'true'").strip() for _ in range(4)]
+
+    def recorded() -> dict[str, str] | None:
+        out = sh(lc, "login", f"sacct -n -X -P -j {','.join(ids)} -o JobID,State")
+        got = dict(ln.split("|", 1) for ln in out.splitlines() if "|" in ln)
+        return got if set(got) == set(ids) and set(got.values()) == {"COMPLETED"} else None
+
+    got = wait_for("every job of the slurmdbd restart COMPLETED in sacct", recorded, 180, every=3)
+    assert sorted(got) == sorted(ids)
+
+
+#: a facts refresh of both GPU nodes (the layout `playbooks/discover.yml` would save after a DIMM
+#: swap and a riser move): slurmd -C with less memory, and nvidia-smi topo -m with GPUs 4-7 now on
+#: NUMA node 0. The node line's RealMemory and the GRES lines' Cores change.
+_FACTS_SLURMD_C = ("NodeName={host} CPUs=224 Boards=1 SocketsPerBoard=2 CoresPerSocket=56 ThreadsPerCore=2 "
+                   "RealMemory=1990000\nUpTime=12-01:10:42\n")
+_NEW_REALMEMORY = 1990000 - 8192  # less slurm.os_memory_reserve_mib (examples/local.yaml)
+
+
+def _facts_change(lc: LocalCluster) -> Path:
+    topo = (ROOT / "tests" / "fixtures" / "facts" / "dgx-001" / "nvidia-smi-topo.txt").read_text()
+    moved = re.sub(r"^(GPU[4-7]\t.*)56-111,168-223\t1", r"\g<1>0-55,112-167\t0", topo, flags=re.M)
+    assert moved.count("0-55,112-167\t0") == 8, "the fixture's layout changed: update this test"
+    facts = lc.state / "facts-refresh"
+    for host in ("gpu-001", "gpu-002"):
+        (facts / host).mkdir(parents=True, exist_ok=True)
+        (facts / host / "slurmd-C.txt").write_text(_FACTS_SLURMD_C.format(host=host))
+        (facts / host / "nvidia-smi-topo.txt").write_text(moved)
+    return facts
+
+
+def test_a_layout_change_rolls_out_under_a_running_job(cluster: tuple[LocalCluster, Runs]) -> None:
+    """Issue 15 item 7: the spec's facts change a node line (RealMemory) and the GRES lines (Cores)
+    of both GPU nodes while a job runs on gpu-001 and an operator has drained gpu-002. configure
+    (the Slurm plays) follows the restart plan `clusterforge diff` prints: drain, wait for the job,
+    stop slurmd, restart slurmctld, restart slurmd one batch at a time (slurm.rollout.batch 1),
+    resume. The job completes, the new layout is what slurmctld runs, only the nodes the change
+    touches were restarted, and the operator's drain stays. Then the change is reverted the same way."""
+    lc, _ = cluster
+    spec_before = lc.spec_file.read_text()
+    watched = [("gpu-001", "slurmd"), ("gpu-002", "slurmd"), ("cpu-001", "slurmd"), ("ctl", "slurmctld")]
+    before = {w: _unit(lc, *w)[0] for w in watched} if lc.layout().boot == "systemd" else {}
+    job = sh(lc, "login", "sbatch --parsable -w gpu-001 -p gpu --gpus-per-node=8 --wrap 'sleep 40'").strip()
+    wait_for(f"job {job} running", lambda: "JobState=RUNNING" in sh(lc, "login", f"scontrol show job {job} -o"), 60)
+    sh(lc, "login", "scontrol update NodeName=gpu-002 State=DRAIN Reason=operator-maintenance")
+    facts = _facts_change(lc)
+    lc.spec_file.write_text(spec_before + f"facts_dir: {facts}\n")
+    lines: list[str] = []
+    try:
+        run = lc.configure(tags="slurm", progress=TextProgress(lines.append))
+        assert run.ok, "\n".join(run.failures + lines[-60:])
+        # the job was never touched: it ran to its end (the run waited for it before stopping slurmd)
+        state = sh(lc, "login", f"sacct -n -X -P -j {job} -o State,ExitCode").strip()
+        assert state == "COMPLETED|0:0", state
+        assert any(re.search(r"gpu-001: changed Drain this node before its layout changes", ln) for ln in lines), lines
+        # the new layout is live: slurmctld's node line, and the GRES sockets slurmd registered
+        for node in ("gpu-001", "gpu-002"):
+            info = sh(lc, "login", f"scontrol show node {node} --oneliner")
+            assert f"RealMemory={_NEW_REALMEMORY} " in info, info
+        wait_for("gpu-001 back in service", lambda: node_state(lc, "gpu-001") == "IDLE", 60, every=1)
+        assert sh(lc, "login", "sinfo -h -n gpu-001 -o %G").strip() == "gpu:h100:8(S:0)"
+        assert "Cores=0-55" in sh(lc, "gpu-001", "grep -E 'File=/dev/nvidia[4-7] ' /etc/slurm/gres.conf | sort -u | "
+                                                 "sed -E 's/.*(Cores=[^ ]+).*/\\1/' | sort -u")
+        # the operator's drain stayed, with its reason
+        assert "DRAIN" in node_state(lc, "gpu-002")
+        assert sh(lc, "login", "sinfo -h -n gpu-002 -o %E").strip() == "operator-maintenance"
+        # one node per batch: gpu-001 and gpu-002 restarted slurmd in two batches of the compute play
+        batch, where = 0, {}
+        for ln in lines:
+            if ln.startswith("== Slurm compute and login nodes"):
+                batch += 1
+            m = re.search(r"\] (gpu-00[12]): changed Restart slurmd", ln)
+            if m:
+                where[m.group(1)] = batch
+        assert set(where) == {"gpu-001", "gpu-002"} and where["gpu-001"] != where["gpu-002"], (where, lines)
+        if before:
+            after = {w: _unit(lc, *w)[0] for w in watched}
+            assert [w for w in watched if after[w] != before[w]] == [watched[0], watched[1], watched[3]]
+    finally:
+        lc.spec_file.write_text(spec_before)
+    back: list[str] = []
+    run = lc.configure(tags="slurm", progress=TextProgress(back.append))
+    assert run.ok, "\n".join(run.failures + back[-60:])
+    sh(lc, "login", "scontrol update NodeName=gpu-002 State=RESUME")
+    for node in ("gpu-001", "gpu-002"):
+        wait_for(f"{node} idle with its catalog layout", lambda node=node: node_state(lc, node) == "IDLE"
+                 and "RealMemory=2036531 " in sh(lc, "login", f"scontrol show node {node} --oneliner"), 60)
+    assert sh(lc, "login", "sinfo -h -n gpu-001 -o %G").strip() == "gpu:h100:8(S:0-1)"
+
+
 def test_prometheus_scrapes_every_node_and_alerts_on_a_lost_one(cluster: tuple[LocalCluster, Runs]) -> None:
     """The monitoring role's Prometheus (on ctl) scrapes every exporter and evaluates the rendered
     rules; a node exporter that stops, and an Xid a GPU reports, each alert for exactly that node."""

@@ -978,3 +978,55 @@ def test_no_role_reads_rendered_config_text() -> None:
     assert "slurm_reconfigure_only_files" not in "".join(
         p.read_text() for p in (ROOT / "roles" / "slurm").rglob("*.yml")
     )
+
+
+# ----------------------------------------------------------------------------- the rollout
+
+
+def _rollout(old: Manifest | None, new: Manifest, host: str) -> dict[str, Any]:
+    group, _, compute, _ = _hosts(new)[host]
+    result = PLUGIN_MOD.slurm_rollout(
+        json.loads(old.to_text()) if old is not None else "", json.loads(new.to_text()),
+        host=host, compute=compute, host_files=[f.name for f in new.files if group in f.node_groups],
+    )
+    assert isinstance(result, dict)
+    return result
+
+
+@pytest.mark.parametrize(("version", "stop_first"), [(None, True), ("25.05", False)])
+def test_the_rollout_drains_only_the_nodes_whose_layout_changes(version: str | None, stop_first: bool) -> None:
+    """Less memory held back for the OS changes every compute node's RealMemory: the node drains,
+    with the change in its reason. Up to 24.05 slurmctld restarts for it and the node's slurmd too, so
+    the drained node is stopped first (stackhpc #199); from 24.11 a reconfigure applies it and nothing
+    is stopped. The login node runs no slurmd and never drains."""
+    base = _base(version)
+    d = _base_spec(version)
+    d["slurm"]["os_memory_reserve_mib"] = 4096
+    head = _render(d)
+    got = _rollout(base, head, "gpu-001")
+    assert got["running"] is True
+    assert got["drain"].startswith("clusterforge configure: slurm.conf RealMemory 2036531 -> 2040627"), got
+    assert got["stop_first"] is stop_first
+    assert _rollout(base, head, "login") == {"running": True, "drain": "", "stop_first": False}
+
+
+def test_the_rollout_of_an_attribute_change_drains_nothing() -> None:
+    base = _base(None)
+    d = _base_spec()
+    _group(d, "gpu").update(weight=20)
+    for host in ("gpu-001", "cpu-001"):
+        assert _rollout(base, _render(d), host) == {"running": True, "drain": "", "stop_first": False}
+
+
+def test_a_first_run_is_not_a_rollout() -> None:
+    """No copy of a last install: nothing runs on the host yet, so nothing is drained or stopped and
+    the compute play configures every host at once."""
+    assert _rollout(None, _base(None), "gpu-001") == {"running": False, "drain": "", "stop_first": False}
+
+
+def test_the_rollout_drain_reason_is_the_one_the_role_resumes() -> None:
+    """The role lifts only drains whose reason starts with the prefix (tasks/daemons.yml); the filter
+    and the task must agree, or an operator's drain could be lifted or the role's never."""
+    tasks = (ROOT / "roles" / "slurm" / "tasks" / "daemons.yml").read_text()
+    assert PLUGIN_MOD.DRAIN_PREFIX == "clusterforge configure:"
+    assert f"is search('Reason={PLUGIN_MOD.DRAIN_PREFIX}')" in tasks

@@ -485,6 +485,22 @@ class SharedStateStorage(Model):
 StateStorage = Annotated[EbsStateStorage | SharedStateStorage, Field(discriminator="type")]
 
 
+class Rollout(Model):
+    """How ``configure`` rolls a change out on a running cluster (site.yml's Slurm compute play)."""
+
+    batch: Annotated[str, Field(pattern=r"^([1-9][0-9]{0,5}|([1-9][0-9]?|100)%)$")] = Field(
+        "25%",
+        description="nodes per batch (Ansible serial: a count, e.g. 1, or a percentage of the compute and "
+        "login hosts, e.g. 25%): each batch restarts, registers and returns to service before the next, and "
+        "the first failure stops the rollout; a first run configures every host at once",
+    )
+    drain_timeout_s: Annotated[int, Field(ge=0, le=7 * 86400)] = Field(
+        3600,
+        description="how long a node drained for a change of its layout may take to finish its jobs before "
+        "the run stops (nothing is killed; the node stays drained)",
+    )
+
+
 class SlurmSettings(Model):
     version: SlurmVersion = Field(
         "23.11", description="Slurm release the configs are rendered for (the default: what the default os ships)"
@@ -524,6 +540,9 @@ class SlurmSettings(Model):
     )
     extra_conf: dict[Annotated[str, Field(pattern=r"^[A-Za-z]+$")], str] = Field(
         default_factory=dict, description="extra slurm.conf key=value lines (escape hatch, printed last)"
+    )
+    rollout: Rollout = Field(
+        default_factory=Rollout, description="how configure rolls a change out on a running cluster"
     )
 
 

@@ -271,6 +271,8 @@ def build_inventory(
         "clusterforge_gpu_stack": gs.model_dump(),
         "clusterforge_storage": _storage_vars(cluster, stack),
         "clusterforge_accounting": cluster.accounting.model_dump(),
+        # how the Slurm compute play rolls a change out on a running cluster (batches, drain wait)
+        "clusterforge_rollout": cluster.slurm.rollout.model_dump(),
         "clusterforge_monitoring": cluster.monitoring.model_dump(),
         # secret *names*; values come from Ansible Vault (clusterforge_secrets) or AWS SSM
         "clusterforge_secret_names": ([cluster.accounting.password_secret] if cluster.accounting.enabled else [])

@@ -69,6 +69,7 @@ READERS: dict[str, tuple[str, ...]] = {
     "clusterforge_local_nvme_raid0": ("storage",),
     "clusterforge_monitoring": ("monitoring", "dcgm"),
     "clusterforge_accounting": ("slurm",),
+    "clusterforge_rollout": ("slurm",),
     "clusterforge_slurm_version": ("slurm",),
     "clusterforge_slurm_package_repo": ("slurm",),
     "clusterforge_secret_names": ("slurm", "monitoring"),
@@ -208,6 +209,11 @@ SETTINGS: dict[str, SettingRule] = {
         "slurmdbd (and MariaDB when it is local) is installed, set up and restarted on the controller; "
         "slurm.conf/slurmdbd.conf changes show above", "roles/slurm/tasks/mariadb.yml, daemons.yml",
         ("slurm_controller",),
+    ),
+    "clusterforge_rollout": SettingRule(
+        ("slurm",), HostAction.NONE, False,
+        "how the next configure rolls a change out (batch size, drain wait); nothing on the hosts changes",
+        "playbooks/site.yml, roles/slurm/tasks/prepare.yml", ("slurm_compute",),
     ),
     "clusterforge_secret_names": SettingRule(
         ("slurm",), HostAction.RESTART_SERVICE, False, "slurmdbd's database password is read anew",

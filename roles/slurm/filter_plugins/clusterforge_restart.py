@@ -124,6 +124,56 @@ def slurm_plan(
     return {act: reasons[act] for act in ORDER if act in reasons}
 
 
+#: The drain reason ``slurm_rollout`` gives: the role resumes only nodes whose reason starts with it,
+#: so a drain an operator (or a health check) set is never lifted by a configure run.
+DRAIN_PREFIX = "clusterforge configure:"
+
+
+def slurm_rollout(old: Any, new: Any, *, host: str, compute: bool, host_files: Any = ()) -> dict[str, Any]:
+    """What a compute host must do *before* the controller applies a change (site.yml's "prepare" play).
+
+    Compares this host's copy of the last install with the new render (the files whose hashes
+    differ, as ``slurm_plan`` does for a run that installed nothing yet) and returns:
+
+    * ``running``: the host has a copy, i.e. it is part of a running cluster (the rollout then goes
+      in ``slurm.rollout.batch`` batches; a first run configures every host at once);
+    * ``drain``: the drain reason when the policy drains this node first (its hardware layout or
+      GRES lines change: running jobs were placed on the old layout), else ``""``;
+    * ``stop_first``: the controller restarts and this drained node's slurmd restarts too: its jobs
+      are waited for and slurmd is stopped before slurmctld restarts (stackhpc/ansible-role-openhpc#199).
+      A node that is not drained is never stopped: slurmd down longer than SlurmdTimeout marks the
+      node DOWN, which kills its jobs; it restarts after the controller instead.
+    """
+    manifest_cls, manifest_error, restart = _policy()
+    from clusterforge import hostlist  # importable: _policy() just imported clusterforge
+
+    out: dict[str, Any] = {"running": False, "drain": "", "stop_first": False}
+    if not old or not compute:
+        out["running"] = bool(old)
+        return out
+    try:
+        new_m = manifest_cls.from_text(_text(new), "the render's manifest.json")
+        old_m = manifest_cls.from_text(_text(old), "the copy of the last install")
+    except manifest_error:
+        return out  # slurm_plan reports an unreadable manifest; the file rules then apply
+    out["running"] = True
+    names = sorted(
+        n for n in {str(x) for x in host_files or ()}
+        if (a := new_m.file(n)) is not None and ((b := old_m.file(n)) is None or b.sha256 != a.sha256)
+    )
+    if not names:
+        return out
+    found = restart.impacts(old_m, new_m, names)
+    why = sorted({f"{i.file.rsplit('/', 1)[-1]} {i.change}" for i in found if i.drain_nodes and str(host) in hostlist.expand(i.drain_nodes)})
+    if why:
+        out["drain"] = f"{DRAIN_PREFIX} {', '.join(why)}"[:200]
+        ctld = any(i.cls in (restart.ImpactClass.RESTART_ALL, restart.ImpactClass.RESTART_SLURMCTLD) for i in found)
+        slurmd = "restart slurmd" in restart.host_actions(found, host=str(host), controller=False, compute=True,
+                                                           dbd=False)
+        out["stop_first"] = ctld and slurmd
+    return out
+
+
 def slurm_actions(old: Any, new: Any, changed: Any, **kw: Any) -> list[str]:
     """The handlers this host runs, in handler order (see the module docstring)."""
     return list(slurm_plan(old, new, changed, **kw))
@@ -131,4 +181,4 @@ def slurm_actions(old: Any, new: Any, changed: Any, **kw: Any) -> list[str]:
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"slurm_actions": slurm_actions, "slurm_plan": slurm_plan}
+        return {"slurm_actions": slurm_actions, "slurm_plan": slurm_plan, "slurm_rollout": slurm_rollout}
