@@ -417,7 +417,8 @@ def test_a_layout_change_rolls_out_under_a_running_job(cluster: tuple[LocalClust
     """Issue 15 item 7: the spec's facts change a node line (RealMemory) and the GRES lines (Cores)
     of both GPU nodes while a job runs on gpu-001 and an operator has drained gpu-002. configure
     (the Slurm plays) follows the restart plan `clusterforge diff` prints: drain, wait for the job,
-    stop slurmd, restart slurmctld, restart slurmd one batch at a time (slurm.rollout.batch 1),
+    stop slurmd, restart slurmctld, restart slurmd one batch at a time (slurm.rollout: gpu-001 is the
+    canary batch, the other nodes the next),
     resume. The job completes, the new layout is what slurmctld runs, only the nodes the change
     touches were restarted, and the operator's drain stays. Then the change is reverted the same way."""
     lc, _ = cluster
@@ -447,8 +448,10 @@ def test_a_layout_change_rolls_out_under_a_running_job(cluster: tuple[LocalClust
                                                  "sed -E 's/.*(Cores=[^ ]+).*/\\1/' | sort -u")
         # the operator's drain stayed, with its reason
         assert "DRAIN" in node_state(lc, "gpu-002")
-        assert sh(lc, "login", "sinfo -h -n gpu-002 -o %E").strip() == "operator-maintenance"
-        # one node per batch: gpu-001 and gpu-002 restarted slurmd in two batches of the compute play
+        # (slurmctld appends " : Not responding" while its slurmd was stopped; the reason stays first)
+        info = sh(lc, "login", "scontrol show node gpu-002 --oneliner")
+        assert re.search(r" Reason=operator-maintenance( : Not responding)? \[", info), info
+        # gpu-001 (the canary) and gpu-002 restarted slurmd in two batches of the compute play
         batch, where = 0, {}
         for ln in lines:
             if ln.startswith("== Slurm compute and login nodes"):
@@ -456,7 +459,7 @@ def test_a_layout_change_rolls_out_under_a_running_job(cluster: tuple[LocalClust
             m = re.search(r"\] (gpu-00[12]): changed Restart slurmd", ln)
             if m:
                 where[m.group(1)] = batch
-        assert set(where) == {"gpu-001", "gpu-002"} and where["gpu-001"] != where["gpu-002"], (where, lines)
+        assert where == {"gpu-001": 1, "gpu-002": 2}, (where, lines)
         if before:
             after = {w: _unit(lc, *w)[0] for w in watched}
             assert [w for w in watched if after[w] != before[w]] == [watched[0], watched[1], watched[3]]

@@ -169,14 +169,12 @@ CASES: dict[str, tuple[Any, ...]] = {
     # slurm.conf globals, one per class of GLOBAL_KEYS (and one unlisted key)
     "global restart-all (AuthAltTypes)": (
         None, _extra("AuthAltTypes", "auth/jwt"), None, ["slurm/slurm.conf"], {"restart-all"},
-        ["stop slurmd on cpu-[001-002],gpu-[001-002]", "install", "restart slurmctld",
-         "start slurmd on cpu-[001-002],gpu-[001-002]"],
+        ["install", "restart slurmctld", "restart slurmd on cpu-[001-002],gpu-[001-002]"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
     ),
     "global restart-all (AuthInfo from slurm.cred_expire_s)": (
         None, lambda d: d["slurm"].update(cred_expire_s=30), None, ["slurm/slurm.conf"], {"restart-all"},
-        ["stop slurmd on cpu-[001-002],gpu-[001-002]", "install", "restart slurmctld",
-         "start slurmd on cpu-[001-002],gpu-[001-002]"],
+        ["install", "restart slurmctld", "restart slurmd on cpu-[001-002],gpu-[001-002]"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
     ),
     "global restart-slurmctld (StateSaveLocation)": (
@@ -210,8 +208,7 @@ CASES: dict[str, tuple[Any, ...]] = {
     "NodeAddr": (
         None, lambda d: _group(d, "gpu")["onprem"].update(addresses="10.79.0.[23-24]"), None, ["slurm/slurm.conf"],
         {"restart-all"},
-        ["stop slurmd on cpu-[001-002],gpu-[001-002]", "install", "restart slurmctld",
-         "start slurmd on cpu-[001-002],gpu-[001-002]"],
+        ["install", "restart slurmctld", "restart slurmd on cpu-[001-002],gpu-[001-002]"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
     ),
     "Weight": (
@@ -230,14 +227,13 @@ CASES: dict[str, tuple[Any, ...]] = {
     "node set: add gpu-003": (
         None, _add_gpu, None, ["slurm/gres.conf", "slurm/slurm.conf", "slurm/topology.conf"],
         {"restart-all", "restart-slurmd", "reconfigure"},
-        ["stop slurmd on cpu-[001-002],gpu-[001-003]", "install", "restart slurmctld",
-         "start slurmd on cpu-[001-002],gpu-[001-003]"],
+        ["install", "restart slurmctld", "restart slurmd on cpu-[001-002],gpu-[001-003]"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "gpu-003": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
     ),
     "node set: remove cpu-002": (
         None, _remove_cpu, None, ["slurm/slurm.conf", "slurm/topology.conf"], {"restart-all", "reconfigure"},
-        ["drain cpu-002", "stop slurmd on cpu-[001-002],gpu-[001-002]", "install", "restart slurmctld",
-         "start slurmd on cpu-[001-002],gpu-[001-002]", "resume cpu-002"],
+        ["drain cpu-002", "stop slurmd on cpu-002", "install", "restart slurmctld", "start slurmd on cpu-002",
+         "restart slurmd on cpu-001,gpu-[001-002]", "resume cpu-002"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
     ),
     # the other files
@@ -307,27 +303,27 @@ CASES: dict[str, tuple[Any, ...]] = {
     # gres.conf(5) 22.05 .. 26.05: "A restart of the slurmctld is needed for changes to the Cores option"
     "gres.conf Cores": (
         None, None, lambda m: _gres_lines(m, "gpu", _gres_cores), ["slurm/gres.conf"], {"restart-slurmctld"},
-        ["stop slurmd on gpu-[001-002]", "install", "restart slurmctld", "start slurmd on gpu-[001-002]"],
+        ["install", "restart slurmctld", "restart slurmd on gpu-[001-002]"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": []},
     ),
     # gres.conf(5)@22.05: Type changes need slurmctld and slurmd restarted
     "gres.conf Type": (
         None, None, lambda m: _gres_lines(m, "gpu", _gres_type), ["slurm/gres.conf"], {"restart-slurmctld"},
-        ["stop slurmd on gpu-[001-002]", "install", "restart slurmctld", "start slurmd on gpu-[001-002]"],
+        ["install", "restart slurmctld", "restart slurmd on gpu-[001-002]"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": []},
     ),
     # FAQ (controller) @slurm-24-11-0-1: "(Slurm 23.02 and older) Drain the cluster of running jobs"
     "SlurmctldHost (22.05: drain everything)": (
         None, _move_controller, None, ["slurm/slurm.conf"], {"restart-all"},
         ["drain cpu-[001-002],gpu-[001-002]", "stop slurmd on cpu-[001-002],gpu-[001-002]", "install",
-         "restart slurmctld", "start slurmd on cpu-[001-002],gpu-[001-002]", "resume cpu-[001-002],gpu-[001-002]"],
+         "restart slurmctld", "start slurmd on cpu-[001-002],gpu-[001-002]",
+         "resume cpu-[001-002],gpu-[001-002]"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
     ),
     # ---- 23.11: reconfigure starts new slurmctld and slurmd processes (scontrol(1)@slurm-24-05-0-1)
     "23.11 SlurmctldHost (no drain)": (
         "23.11", _move_controller, None, ["slurm/slurm.conf"], {"restart-all"},
-        ["stop slurmd on cpu-[001-002],gpu-[001-002]", "install", "restart slurmctld",
-         "start slurmd on cpu-[001-002],gpu-[001-002]"],
+        ["install", "restart slurmctld", "restart slurmd on cpu-[001-002],gpu-[001-002]"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
     ),
     "23.11 plugin key by reconfigure (PluginDir)": (
@@ -336,8 +332,7 @@ CASES: dict[str, tuple[Any, ...]] = {
     ),
     "23.11 authentication still restarts (AuthAltTypes)": (
         "23.11", _extra("AuthAltTypes", "auth/jwt"), None, ["slurm/slurm.conf"], {"restart-all"},
-        ["stop slurmd on cpu-[001-002],gpu-[001-002]", "install", "restart slurmctld",
-         "start slurmd on cpu-[001-002],gpu-[001-002]"],
+        ["install", "restart slurmctld", "restart slurmd on cpu-[001-002],gpu-[001-002]"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
     ),
     "23.11 StateSaveLocation still restarts slurmctld": (
@@ -359,7 +354,7 @@ CASES: dict[str, tuple[Any, ...]] = {
     ),
     "23.11 gres.conf Cores still restarts slurmctld": (
         "23.11", None, lambda m: _gres_lines(m, "gpu", _gres_cores), ["slurm/gres.conf"], {"restart-slurmctld"},
-        ["stop slurmd on gpu-[001-002]", "install", "restart slurmctld", "start slurmd on gpu-[001-002]"],
+        ["install", "restart slurmctld", "restart slurmd on gpu-[001-002]"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": []},
     ),
     "23.11 cgroup.conf by reconfigure": (
@@ -370,8 +365,7 @@ CASES: dict[str, tuple[Any, ...]] = {
     "24.05 node set: add gpu-003 (still the FAQ's restart)": (
         "24.05", _add_gpu, None, ["slurm/gres.conf", "slurm/slurm.conf", "slurm/topology.conf"],
         {"restart-all", "reconfigure"},
-        ["stop slurmd on cpu-[001-002],gpu-[001-003]", "install", "restart slurmctld",
-         "start slurmd on cpu-[001-002],gpu-[001-003]"],
+        ["install", "restart slurmctld", "restart slurmd on cpu-[001-002],gpu-[001-003]"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "gpu-003": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
     ),
     "24.05 node hardware (still restarts)": (
@@ -408,8 +402,7 @@ CASES: dict[str, tuple[Any, ...]] = {
     ),
     "26.05 authentication still restarts (AuthAltTypes)": (
         "26.05", _extra("AuthAltTypes", "auth/jwt"), None, ["slurm/slurm.conf"], {"restart-all"},
-        ["stop slurmd on cpu-[001-002],gpu-[001-002]", "install", "restart slurmctld",
-         "start slurmd on cpu-[001-002],gpu-[001-002]"],
+        ["install", "restart slurmctld", "restart slurmd on cpu-[001-002],gpu-[001-002]"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
     ),
 }

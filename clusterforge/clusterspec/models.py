@@ -494,6 +494,11 @@ class Rollout(Model):
         "login hosts, e.g. 25%): each batch restarts, registers and returns to service before the next, and "
         "the first failure stops the rollout; a first run configures every host at once",
     )
+    canary: Annotated[int, Field(ge=0, le=65536)] = Field(
+        1,
+        description="nodes changed first, alone: the rest (in batches) goes only when they came back "
+        "registered and in service (0: no canary batch)",
+    )
     drain_timeout_s: Annotated[int, Field(ge=0, le=7 * 86400)] = Field(
         3600,
         description="how long a node drained for a change of its layout may take to finish its jobs before "

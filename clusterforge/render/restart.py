@@ -643,18 +643,26 @@ def summarise(impacts: list[Impact], *, retired: str = "", version: tuple[int, .
     ctld = any(i.cls in (ImpactClass.RESTART_ALL, ImpactClass.RESTART_SLURMCTLD) for i in impacts)
     dbd = any(i.cls is ImpactClass.RESTART_SLURMDBD for i in impacts)
     reconf = any(i.cls is ImpactClass.RECONFIGURE for i in impacts)
+    # Stopped before slurmctld restarts: only drained nodes, once their jobs ended. A node that still
+    # runs jobs is never stopped (a slurmd down longer than SlurmdTimeout marks it DOWN, which kills
+    # them); its slurmd restarts after slurmctld instead. The Slurm role does the same
+    # (roles/slurm/tasks/prepare.yml, from slurm_rollout).
+    stop = _compress(set(_expand(slurmd)) & set(_expand(drain))) if ctld else ""
+    rest = _compress(set(_expand(slurmd)) - set(_expand(stop)))
     steps: list[str] = []
     if drain:
         steps.append(f'scontrol update NodeName={drain} State=DRAIN Reason="config change" and wait for their jobs')
-    if ctld and slurmd:
-        steps.append(f"stop slurmd on {slurmd} (a node must not re-register while slurmctld restarts: {STACKHPC})")
+    if stop:
+        steps.append(f"stop slurmd on {stop} (a node must not re-register while slurmctld restarts: {STACKHPC})")
     steps.append("install the new configs (ansible-playbook playbooks/site.yml)")
     if dbd:
         steps.append("restart slurmdbd")
     if ctld:
         steps.append("restart slurmctld")
-    if slurmd:
-        steps.append(f"{'start' if ctld else 'restart'} slurmd on {slurmd}")
+    if stop:
+        steps.append(f"start slurmd on {stop}")
+    if rest:
+        steps.append(f"restart slurmd on {rest}")
     if reconf and not ctld:
         steps.append("scontrol reconfigure")
     if drain:
