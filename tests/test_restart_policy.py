@@ -201,8 +201,9 @@ CASES: dict[str, tuple[Any, ...]] = {
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": []},
     ),
     "node hardware (profile of the cpu nodes)": (
-        None, lambda d: _group(d, "cpu")["onprem"].update(profile="m7i.4xlarge"), None, ["slurm/slurm.conf"],
-        {"restart-slurmctld", "reconfigure"},  # DefMemPerCPU of the partitions follows the memory
+        None, lambda d: _group(d, "cpu")["onprem"].update(profile="m7i.4xlarge"), None,
+        ["grafana/cluster-overview.json", "slurm/slurm.conf"],  # the overview names each group's profile
+        {"restart-slurmctld", "reconfigure", "none"},  # DefMemPerCPU of the partitions follows the memory
         ["drain cpu-[001-002]", "stop slurmd on cpu-[001-002]", "install", "restart slurmctld",
          "start slurmd on cpu-[001-002]", "resume cpu-[001-002]"],
         {"ctl": RESTART_CTLD, "cpu-001": RESTART_SLURMD, "gpu-001": []},
@@ -228,14 +229,16 @@ CASES: dict[str, tuple[Any, ...]] = {
     ),
     # the node set (the FAQ's procedure: every daemon)
     "node set: add gpu-003": (
-        None, _add_gpu, None, ["slurm/gres.conf", "slurm/slurm.conf", "slurm/topology.conf"],
-        {"restart-all", "restart-slurmd", "reconfigure"},
+        None, _add_gpu, None,
+        ["grafana/cluster-overview.json", "grafana/gpus.json", "slurm/gres.conf", "slurm/slurm.conf", "slurm/topology.conf"],
+        {"restart-all", "restart-slurmd", "reconfigure", "none"},
         ["stop slurmd on cpu-[001-002],gpu-[001-003]", "install", "restart slurmctld",
          "start slurmd on cpu-[001-002],gpu-[001-003]"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "gpu-003": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
     ),
     "node set: remove cpu-002": (
-        None, _remove_cpu, None, ["slurm/slurm.conf", "slurm/topology.conf"], {"restart-all", "reconfigure"},
+        None, _remove_cpu, None, ["grafana/cluster-overview.json", "slurm/slurm.conf", "slurm/topology.conf"],
+        {"restart-all", "reconfigure", "none"},
         ["drain cpu-002", "stop slurmd on cpu-[001-002],gpu-[001-002]", "install", "restart slurmctld",
          "start slurmd on cpu-[001-002],gpu-[001-002]", "resume cpu-002"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
@@ -285,6 +288,11 @@ CASES: dict[str, tuple[Any, ...]] = {
     ),
     "alertmanager": (
         None, None, lambda m: _bump(m, "alertmanager/alertmanager.yml"), ["alertmanager/alertmanager.yml"], {"none"},
+        ["no daemon action"], {"ctl": [], "gpu-001": [], "cpu-001": []},
+    ),
+    # a dashboard: Grafana's file provider rescans its folder
+    "grafana": (
+        None, None, lambda m: _bump(m, "grafana/gpus.json"), ["grafana/gpus.json"], {"none"},
         ["no daemon action"], {"ctl": [], "gpu-001": [], "cpu-001": []},
     ),
     "dcgm": (
@@ -368,8 +376,9 @@ CASES: dict[str, tuple[Any, ...]] = {
     ),
     # the FAQ's restart procedure for the node set holds up to 24.05 (faq.shtml@slurm-24-11-0-1)
     "24.05 node set: add gpu-003 (still the FAQ's restart)": (
-        "24.05", _add_gpu, None, ["slurm/gres.conf", "slurm/slurm.conf", "slurm/topology.conf"],
-        {"restart-all", "reconfigure"},
+        "24.05", _add_gpu, None,
+        ["grafana/cluster-overview.json", "grafana/gpus.json", "slurm/gres.conf", "slurm/slurm.conf", "slurm/topology.conf"],
+        {"restart-all", "reconfigure", "none"},
         ["stop slurmd on cpu-[001-002],gpu-[001-003]", "install", "restart slurmctld",
          "start slurmd on cpu-[001-002],gpu-[001-003]"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "gpu-003": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
@@ -382,12 +391,14 @@ CASES: dict[str, tuple[Any, ...]] = {
     ),
     # ---- 24.11: reconfigure applies node additions, removals and changes (faq.shtml, slurm.conf(5))
     "24.11 node set: add gpu-003 by reconfigure": (
-        "24.11", _add_gpu, None, ["slurm/gres.conf", "slurm/slurm.conf", "slurm/topology.conf"], {"reconfigure"},
+        "24.11", _add_gpu, None,
+        ["grafana/cluster-overview.json", "grafana/gpus.json", "slurm/gres.conf", "slurm/slurm.conf", "slurm/topology.conf"], {"reconfigure", "none"},
         ["install", "scontrol reconfigure"],
         {"ctl": RECONF, "gpu-001": [], "gpu-003": [], "cpu-001": []},
     ),
     "24.11 node set: remove cpu-002 (drain, reconfigure)": (
-        "24.11", _remove_cpu, None, ["slurm/slurm.conf", "slurm/topology.conf"], {"reconfigure"},
+        "24.11", _remove_cpu, None, ["grafana/cluster-overview.json", "slurm/slurm.conf", "slurm/topology.conf"],
+        {"reconfigure", "none"},
         ["drain cpu-002", "install", "scontrol reconfigure", "resume cpu-002"],
         {"ctl": RECONF, "gpu-001": [], "cpu-001": []},
     ),
@@ -402,7 +413,8 @@ CASES: dict[str, tuple[Any, ...]] = {
         {"ctl": RECONF, "gpu-001": [], "cpu-001": []},
     ),
     "26.05 node set: remove cpu-002 (drain, reconfigure)": (
-        "26.05", _remove_cpu, None, ["slurm/slurm.conf", "slurm/topology.yaml"], {"reconfigure"},
+        "26.05", _remove_cpu, None, ["grafana/cluster-overview.json", "slurm/slurm.conf", "slurm/topology.yaml"],
+        {"reconfigure", "none"},
         ["drain cpu-002", "install", "scontrol reconfigure", "resume cpu-002"],
         {"ctl": RECONF, "gpu-001": [], "cpu-001": []},
     ),
@@ -535,7 +547,7 @@ def test_every_global_key_class_has_a_case() -> None:
 
 
 def test_every_rendered_file_kind_has_a_case(bases: dict[str | None, Manifest]) -> None:
-    """Every Slurm file by name, every other folder (nccl/, env/, health/, prometheus/) by one file."""
+    """Every Slurm file by name, every other folder (nccl/, env/, health/, prometheus/, grafana/) by one file."""
 
     def kind(name: str) -> str:
         return name if name.startswith("slurm/") else name.split("/")[0] + "/"
