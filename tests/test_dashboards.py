@@ -305,9 +305,10 @@ def _scrape(sysfs: Path) -> str:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
                     return str(r.read().decode())
-            except OSError:
+            except OSError as exc:
                 if time.monotonic() > end or p.poll() is not None:
-                    raise AssertionError(f"node exporter did not answer on :{port}: {p.stderr.read() if p.stderr else ''}")
+                    why = p.stderr.read() if p.stderr else ""
+                    raise AssertionError(f"node exporter did not answer on :{port}: {why}") from exc
                 time.sleep(0.2)
     finally:
         p.terminate()
@@ -403,7 +404,7 @@ def test_fabric_rows_follow_the_groups_fabrics() -> None:
     assert "EFA ports show state and rate only" in state["description"]
     assert "prometheus/node_exporter#3670" in state["description"]
     dgx = boards(render("onprem-dgx"))["fabric.json"]
-    assert [p["title"] for p in dgx["panels"] if p["type"] == "row"][0].startswith("RDMA ports (infiniband:")
+    assert next(p["title"] for p in dgx["panels"] if p["type"] == "row").startswith("RDMA ports (infiniband:")
     assert "EFA" not in next(p for p in panels(dgx) if p["title"] == "Port state")["description"]
     amd = boards(render("amd-mi300x"))
     assert "gpus.json" not in amd

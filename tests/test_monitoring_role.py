@@ -11,6 +11,7 @@ data replaced wrote for this example (the same jobs, targets, labels and interva
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -84,7 +85,7 @@ def _expected_datasource() -> dict[str, Any]:
 def _expected_dashboards(path: str) -> dict[str, Any]:
     return {"apiVersion": 1, "providers": [{
         "name": "clusterforge", "folder": "local", "type": "file", "disableDeletion": True,
-        "allowUiUpdates": False, "options": {"path": path},
+        "allowUiUpdates": False, "updateIntervalSeconds": 30, "options": {"path": path},
     }]}
 
 
@@ -120,6 +121,7 @@ class _Setup:
         ], sort_keys=False))
         self.prometheus_yml = self.root / "etc" / "prometheus" / "prometheus.yml"
         self.provisioning = self.root / "etc" / "grafana" / "provisioning"
+        # the render's folder of the dashboards, moved under the root (the role follows node_path)
         self.dashboards = str(self.root / "var" / "lib" / "grafana" / "dashboards" / "clusterforge")
         self.alertmanager_yml = Path(str(self.root) + "/etc/prometheus/alertmanager.yml")
         assert str(self.alertmanager_yml) in [f.node_path for f in moved.files]
@@ -130,7 +132,6 @@ class _Setup:
             "clusterforge_manifest_dir": str(render),
             "__monitoring_prometheus_config": str(self.prometheus_yml),
             "__monitoring_grafana_provisioning_dir": str(self.provisioning),
-            "__monitoring_grafana_dashboards_dir": self.dashboards,
             "__monitoring_alertmanager_secrets_dir": str(self.secrets),
             # no prometheus user here; on a node the group lets Alertmanager read the secrets
             "__monitoring_alertmanager_group": "root",
@@ -175,9 +176,13 @@ class _Setup:
 
 def test_the_role_writes_its_config_from_data(tmp_path: Path) -> None:
     """First run writes every file and notifies the three handlers; the files are what the templates
-    wrote; promtool accepts prometheus.yml, amtool alertmanager.yml; a second run changes nothing (same bytes); a check run
-    with another scrape interval shows the diff and writes nothing."""
+    wrote; the dashboards are the render's (a stale one is removed); promtool accepts prometheus.yml,
+    amtool alertmanager.yml; a second run changes nothing (same bytes); a check run with another
+    scrape interval shows the diff and writes nothing."""
     s = _Setup(tmp_path)
+    # a dashboard an earlier render had (the spec lost its GPU groups since): the run removes it
+    Path(s.dashboards).mkdir(parents=True)
+    (Path(s.dashboards) / "old-gpus.json").write_text("{}")
     out, changed, ran = s.run()
     assert changed > 0 and ran == HANDLERS
 
@@ -194,7 +199,12 @@ def test_the_role_writes_its_config_from_data(tmp_path: Path) -> None:
     dashboards = s.provisioning / "dashboards" / "clusterforge.yml"
     assert yaml.safe_load(datasource.read_text()) == _expected_datasource()
     assert yaml.safe_load(dashboards.read_text()) == _expected_dashboards(s.dashboards)
-    assert (Path(s.dashboards) / "cluster-overview.json").is_file()
+    # the render's dashboards, byte for byte, and nothing else: the stale one is gone
+    render = Path(s.env["ANSIBLE_ROLES_PATH"]).parent / "render"
+    installed = {f.name: f.read_text() for f in Path(s.dashboards).iterdir()}
+    assert installed == {f.name: f.read_text() for f in (render / "grafana").iterdir()}
+    assert sorted(installed) == ["cluster-overview.json", "fabric.json", "gpus.json", "slurm.json"]
+    assert json.loads(installed["gpus.json"])["uid"] == "clusterforge-gpus"
     for f in (s.prometheus_yml, datasource, dashboards):
         assert oct(f.stat().st_mode & 0o777) == "0o644", f
 

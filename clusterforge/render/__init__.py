@@ -3,9 +3,10 @@
 ``render(rc)`` is used by ``clusterforge render``, ``plan``, ``inventory``, ``diff`` and ``local``;
 the check and the Ansible roles read what it wrote through ``manifest.Manifest``. Nothing else
 formats (or parses) a Slurm or NCCL line. The package holds: ``model`` (the config model),
-``slurm``/``topology``/``nccl``/``alerts``/``alertmanager``/``dcgm_exporter``/``dashboards`` (one builder
-per file kind), ``versions`` and ``nccl_versions`` (the cited version gates), ``manifest`` (the contract), ``restart`` (the one
-restart policy), ``result``/``writer``/``yamlfile`` (files, atomic writes, YAML from data).
+``slurm``/``topology``/``nccl``/``alerts``/``alertmanager``/``dcgm_exporter``/``dashboards`` (one
+builder per file kind), ``versions`` and ``nccl_versions`` (the cited version gates), ``manifest`` (the
+contract), ``restart`` (the one restart policy), ``result``/``writer``/``yamlfile`` (files, atomic
+writes, YAML from data).
 """
 
 from __future__ import annotations

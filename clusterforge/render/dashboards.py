@@ -315,7 +315,8 @@ def _overview(m: ClusterModel) -> _Board:
                      unit="bytes", min_=0)
     b.row("Alerts")
     b.timeseries("Alerts firing", "Every firing alert of the rendered rules, by name and severity.",
-                 [Query('count by (alertname, severity) (ALERTS{alertstate="firing"})', "{{alertname}} ({{severity}})")],
+                 [Query('count by (alertname, severity) (ALERTS{alertstate="firing"})',
+                        "{{alertname}} ({{severity}})")],
                  w=24, draw="bars", stack=True)
     return b
 
