@@ -169,7 +169,7 @@ def svg_timeseries(panel: dict[str, Any], series: list[tuple[str, list[float]]],
     vals = [x for _, s in series for x in s if not math.isnan(x)]
     if stacked and series:
         sums = [sum(s[i] for _, s in series if not math.isnan(s[i])) for i in range(POINTS)]
-        vals = sums + [0.0]
+        vals = [*sums, 0.0]
     lo = d.get("min", min(vals) if vals else 0.0)
     hi = d.get("max", max(vals) if vals else 1.0)
     if not vals:
@@ -193,19 +193,21 @@ def svg_timeseries(panel: dict[str, Any], series: list[tuple[str, list[float]]],
         return left + i / (POINTS - 1) * pw
 
     out = [f'<svg width="{w}" height="{h}" xmlns="http://www.w3.org/2000/svg">']
-    for k in range(int(round((hi - lo) / step)) + 1):
+    for k in range(round((hi - lo) / step) + 1):
         v = lo + step * k
         yy = y(v)
-        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{yy:.1f}" y2="{yy:.1f}" stroke="#2c3235" stroke-width="1"/>')
-        out.append(f'<text x="{left - 6}" y="{yy + 4:.1f}" text-anchor="end" class="tick">{html.escape(fmt(v, unit))}</text>')
+        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{yy:.1f}" y2="{yy:.1f}" stroke="#2c3235"/>')
+        out.append(f'<text x="{left - 6}" y="{yy + 4:.1f}" text-anchor="end" class="tick">'
+                   f'{html.escape(fmt(v, unit))}</text>')
     for k, label in enumerate(["-6h", "-4h30", "-3h", "-1h30", "now"]):
         xx = left + pw * k / 4
         out.append(f'<text x="{xx:.1f}" y="{top + ph + 14}" text-anchor="middle" class="tick">{label}</text>')
     if custom.get("thresholdsStyle", {}).get("mode") == "dashed":
         for step in thresholds(panel)[1:]:
             yy = y(step["value"])
+            color = COLORS.get(step["color"], step["color"])
             out.append(f'<line x1="{left}" x2="{left + pw}" y1="{yy:.1f}" y2="{yy:.1f}" '
-                       f'stroke="{COLORS.get(step["color"], step["color"])}" stroke-dasharray="6,4" stroke-width="1.5"/>')
+                       f'stroke="{color}" stroke-dasharray="6,4" stroke-width="1.5"/>')
     base = [0.0] * POINTS
     for n, (_label, s) in enumerate(series):
         color = PALETTE[n % len(PALETTE)]
@@ -265,11 +267,12 @@ def page(board: dict[str, Any], hosts: list[str], gpus: int) -> tuple[str, int]:
             parts.append(f'<div class="row" style="{style}">⌄ {html.escape(p["title"])}</div>')
             continue
         body = stat_html(p, gpus) if p["type"] == "stat" else svg_timeseries(p, sample(p, hosts, rng), w - 2, h - 34)
-        parts.append(f'<div class="panel" style="{style}"><div class="title" title="{html.escape(p["description"])}">'
+        tip = html.escape(p["description"])
+        parts.append(f'<div class="panel" style="{style}"><div class="title" title="{tip}">'
                      f'{html.escape(p["title"])}</div>{body}</div>')
     variables = " ".join(f'<span class="var"><b>{html.escape(v.get("label", v["name"]))}</b> All</span>'
                          for v in board["templating"]["list"])
-    head = (f'<div class="top"><span class="crumb">Dashboards › {html.escape(board["tags"][1])} › '
+    head = (f'<div class="top"><span class="crumb">Dashboards &rsaquo; {html.escape(board["tags"][1])} &rsaquo; '
             f'<b>{html.escape(board["title"])}</b></span>'
             '<span class="sample">SAMPLE DATA: made-up series drawn on the rendered dashboard\'s panels, '
             'not a live cluster</span></div>'
@@ -278,7 +281,8 @@ def page(board: dict[str, Any], hosts: list[str], gpus: int) -> tuple[str, int]:
 body{margin:0;background:#111217;font-family:'DejaVu Sans',sans-serif;color:#ccccdc}
 .top{position:absolute;left:0;top:0;width:1584px;height:40px;display:flex;justify-content:space-between;
  align-items:center;padding:0 8px;background:#181b1f;border-bottom:1px solid #2c3235}
-.crumb{font-size:15px}.sample{font-size:13px;font-weight:bold;color:#111217;background:#F2CC0C;padding:4px 10px;border-radius:3px}
+.crumb{font-size:15px}
+.sample{font-size:13px;font-weight:bold;color:#111217;background:#F2CC0C;padding:4px 10px;border-radius:3px}
 .vars{position:absolute;left:0;top:48px;width:1584px;height:36px;display:flex;align-items:center;gap:10px;padding:0 8px}
 .var{font-size:13px;border:1px solid #2c3235;background:#181b1f;padding:5px 10px;border-radius:2px}
 .var b{color:#6e9fff;font-weight:normal;margin-right:8px}.range{margin-left:auto;font-size:13px}
