@@ -18,6 +18,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -212,11 +213,18 @@ def _slurm_names() -> dict[str, set[str]]:
     return out
 
 
+def _efa_names(tmp: Path) -> set[str]:
+    """What the role's EFA counter script writes for node exporter's textfile collector."""
+    text = (efa_textfile(tmp) / "clusterforge-efa.prom").read_text()
+    return {ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE ")}
+
+
 @pytest.mark.parametrize("example", EXAMPLES_WITH_GRAFANA)
-def test_every_metric_a_panel_reads_is_exposed(rendered: dict[str, dict[str, str]], example: str) -> None:
+def test_every_metric_a_panel_reads_is_exposed(rendered: dict[str, dict[str, str]], example: str,
+                                               tmp_path: Path) -> None:
     files = rendered[example]
     counters = _csv_fields(files["dcgm/counters.csv"]) if "dcgm/counters.csv" in files else set()
-    node, slurm = _node_exporter_names(), _slurm_names()
+    node, slurm = _node_exporter_names() | _efa_names(tmp_path), _slurm_names()
     read: set[str] = set()
     for name, b in boards(files).items():
         for e in exprs(b):
@@ -278,14 +286,31 @@ def _sysfs_efa(root: Path) -> None:
     """An EFA device as the efa driver lays it out: no board_id and no counters/ (it has no MAD
     agent); its counters are hw_counters/ (drivers/infiniband/hw/efa/efa_verbs.c port stats)."""
     d = root / "class" / "infiniband" / "rdmap0s6"
-    files = {"fw_ver": "0.0.0.0", "node_guid": "0000:0000:0000:0000", "ports/1/state": "4: ACTIVE",
+    files = {"fw_ver": "0.0.0.0", "node_guid": "0000:0000:0000:0000", "device/vendor": "0x1d0f",
+             "ports/1/state": "4: ACTIVE",
              "ports/1/phys_state": "5: LinkUp", "ports/1/rate": "100 Gb/sec (4X EDR)", "ports/1/link_layer": "Unspecified"}
     for c in ("tx_bytes", "tx_pkts", "rx_bytes", "rx_pkts", "rx_drops", "send_bytes", "send_wrs", "recv_bytes",
-              "recv_wrs", "rdma_read_wrs", "rdma_read_bytes", "rdma_read_wr_err", "rdma_read_resp_bytes", "lifespan"):
+              "recv_wrs", "rdma_read_wrs", "rdma_read_bytes", "rdma_read_wr_err", "rdma_read_resp_bytes",
+              "rdma_write_wrs", "rdma_write_bytes", "rdma_write_wr_err", "rdma_write_recv_bytes", "lifespan"):
         files[f"ports/1/hw_counters/{c}"] = "0"
+    files["ports/1/hw_counters/rx_drops"] = "40"
     for rel, text in files.items():
         (d / rel).parent.mkdir(parents=True, exist_ok=True)
         (d / rel).write_text(text + "\n")
+
+
+EFA_COUNTERS = ROOT / "roles" / "monitoring" / "files" / "clusterforge-efa-counters"
+
+
+def efa_textfile(tmp: Path) -> Path:
+    """The folder the monitoring role's EFA counter script writes, run on an EFA sysfs tree."""
+    _sysfs_efa(tmp / "sys-efa")
+    out = tmp / "textfile"
+    out.mkdir()
+    p = subprocess.run([sys.executable, str(EFA_COUNTERS), "--sysfs", str(tmp / "sys-efa"), "--out", str(out)],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return out
 
 
 def _free_port() -> int:
@@ -294,10 +319,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _scrape(sysfs: Path) -> str:
-    """/metrics of Debian's node exporter on loopback, reading ``sysfs`` instead of /sys."""
+def _scrape(sysfs: Path, textfile: Path | None = None) -> str:
+    """/metrics of Debian's node exporter on loopback, reading ``sysfs`` instead of /sys (and the
+    textfile collector's folder ``textfile``)."""
     port = _free_port()
-    p = subprocess.Popen([NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}", f"--path.sysfs={sysfs}"],
+    extra = [f"--collector.textfile.directory={textfile}"] if textfile else []
+    p = subprocess.Popen([NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}", f"--path.sysfs={sysfs}", *extra],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         end = time.monotonic() + 30
@@ -321,10 +348,14 @@ def _families(text: str) -> set[str]:
 
 @NEEDS_NODE_EXPORTER
 def test_debian_node_exporter_exposes_every_node_metric_dashboards_and_alerts_read(tmp_path: Path) -> None:
-    """The package the monitoring role installs, run here on an InfiniBand port's sysfs: every
-    node_* name a rendered panel or rule reads is in its /metrics."""
+    """The package the monitoring role installs, run here on an InfiniBand port's sysfs with the
+    EFA counter script's file in its textfile folder: every node_* name a rendered panel or rule
+    reads is in its /metrics (the EFA ones through the textfile collector, which parsed the file)."""
     _sysfs_ib(tmp_path / "sys")
-    exposed = _families(_scrape(tmp_path / "sys"))
+    text = _scrape(tmp_path / "sys", efa_textfile(tmp_path))
+    exposed = _families(text)
+    assert 'node_amazonefa_rx_drops{device="rdmap0s6",port="1"} 40' in text
+    assert "node_textfile_scrape_error 0" in text
     read: set[str] = set()
     for example in ("p5-training", "onprem-dgx", "hybrid"):
         for b in boards(render(example)).values():
@@ -334,15 +365,16 @@ def test_debian_node_exporter_exposes_every_node_metric_dashboards_and_alerts_re
     assert "node_infiniband_symbol_error_total" in read and "node_cpu_seconds_total" in read
     assert read <= exposed, sorted(read - exposed)
     # the capture the other tests read says what this binary says (for every name anything reads)
-    assert read <= _node_exporter_names()
+    assert {x for x in read if not x.startswith("node_amazonefa_")} <= _node_exporter_names()
+    assert {"node_amazonefa_rx_drops", "node_amazonefa_rdma_read_wr_err"} <= read
 
 
 @NEEDS_NODE_EXPORTER
 def test_debian_node_exporter_shows_nothing_of_an_efa_port(tmp_path: Path) -> None:
-    """Why the EFA panels say "state and rate only" and the EFA error counters are not in the
-    degraded-link alert: with no counters/ folder (EFA has none) the infiniband collector of
-    Debian 12's node exporter (1.5.0, procfs 0.8) returns no data at all for the device, and no
-    release reads hw_counters/ of an EFA device (prometheus/node_exporter#3670 is open)."""
+    """Why the EFA counters come from the role's script: with no counters/ folder (EFA has none)
+    the infiniband collector of Debian 12's node exporter (1.5.0, procfs 0.8) returns no data at
+    all for the device, and no release reads hw_counters/ of an EFA device
+    (prometheus/node_exporter#3670 is open)."""
     _sysfs_efa(tmp_path / "sys")
     text = _scrape(tmp_path / "sys")
     version = re.search(r'node_exporter_build_info\{[^}]*version="([^"]+)"', text)
@@ -395,17 +427,22 @@ def test_dashboards_follow_the_local_example(rendered: dict[str, dict[str, str]]
 
 
 def test_fabric_rows_follow_the_groups_fabrics() -> None:
-    """p5-training: EFA on gpu (state and rate only, said on the panels); onprem-dgx: InfiniBand;
+    """p5-training: EFA on gpu (its counters from the role's script, said on the panels); onprem-dgx: InfiniBand;
     amd-mi300x has no NVIDIA GPUs: no GPU dashboard, no NVLink row."""
     p5 = boards(render("p5-training"))["fabric.json"]
     rows = [p["title"] for p in p5["panels"] if p["type"] == "row"]
     assert rows[0] == "RDMA ports (efa: gpu)", rows
     state = next(p for p in panels(p5) if p["title"] == "Port state")
-    assert "EFA ports show state and rate only" in state["description"]
+    assert "EFA ports are not in these node_infiniband panels" in state["description"]
     assert "prometheus/node_exporter#3670" in state["description"]
+    errors = next(p for p in panels(p5) if p["title"] == "EFA errors")
+    assert [t["expr"] for t in errors["targets"]] == [
+        f'increase(node_amazonefa_{c}{{job="node",node_group=~"$node_group",instance=~"$instance"}}'
+        '[$__rate_interval]) > 0' for c in ("rx_drops", "rdma_read_wr_err", "rdma_write_wr_err")]
     dgx = boards(render("onprem-dgx"))["fabric.json"]
     assert next(p["title"] for p in dgx["panels"] if p["type"] == "row").startswith("RDMA ports (infiniband:")
     assert "EFA" not in next(p for p in panels(dgx) if p["title"] == "Port state")["description"]
+    assert not [p for p in panels(dgx) if p["title"].startswith("EFA")]
     amd = boards(render("amd-mi300x"))
     assert "gpus.json" not in amd
     assert not [p for p in amd["fabric.json"]["panels"] if p["title"].startswith("NVLink")]

@@ -98,6 +98,7 @@ class _Setup:
         self.log = tmp / "handlers.log"
         spec = yaml.safe_load((EXAMPLES / "local.yaml").read_text())
         spec.setdefault("monitoring", {})["alertmanager"] = RECEIVERS
+        spec["monitoring"]["grafana"] = True  # off in the example (its nodes have no Grafana repository)
         (tmp / "local.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))  # no relative paths in it
         inv = generate_inventory(resolve_file(tmp / "local.yaml"), out_dir=tmp / "inv").out_dir
         result = render_cluster(parse_spec(spec, "test"), base_dir=EXAMPLES)
@@ -239,3 +240,48 @@ def test_the_role_writes_its_config_from_data(tmp_path: Path) -> None:
     assert "-  scrape_interval: 10s\n+  scrape_interval: 30s\n" in out, out[-3000:]
     assert "+  evaluation_interval: 30s\n" in out
     assert s.files() == before
+
+
+def test_efa_hosts_get_the_efa_counter_script(tmp_path: Path) -> None:
+    """tasks/efa_counters.yml (fabric_efa hosts) installs the script; the installed script turns
+    an EFA device's hw_counters into the node_amazonefa_* lines node exporter's textfile collector
+    reads, and skips a device of another vendor. The expected text is written by hand."""
+    root = tmp_path / "root"
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([{
+        "name": "EFA counters", "hosts": "localhost", "gather_facts": False,
+        "tasks": [{"name": "EFA", "ansible.builtin.import_role": {"name": "monitoring", "tasks_from": "efa_counters.yml"}}],
+    }], sort_keys=False))
+    extra = {"ansible_python_interpreter": sys.executable, "clusterforge_service_manager": "direct",
+             "__monitoring_efa_counters_bin": str(root / "usr/local/sbin/clusterforge-efa-counters"),
+             "__monitoring_textfile_dir": str(root / "var/lib/prometheus/node-exporter")}
+    (tmp_path / "vars.yml").write_text(yaml.safe_dump(extra))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+           "ANSIBLE_NOCOLOR": "1"}
+    (root / "usr/local/sbin").mkdir(parents=True)
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {}}}}))
+    p = subprocess.run(["ansible-playbook", "-i", str(tmp_path / "hosts.yml"), "-c", "local", "-e", f"@{tmp_path / 'vars.yml'}",
+                        str(tmp_path / "play.yml")], capture_output=True, text=True, timeout=300, env=env,
+                       cwd=tmp_path, check=False)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    script = root / "usr/local/sbin/clusterforge-efa-counters"
+    assert oct(script.stat().st_mode & 0o777) == "0o755"
+    sysfs = tmp_path / "sys" / "class" / "infiniband"
+    for dev, vendor, drops in (("rdmap79s0", "0x1d0f", "40"), ("mlx5_0", "0x15b3", "7")):
+        hw = sysfs / dev / "ports" / "1" / "hw_counters"
+        hw.mkdir(parents=True)
+        (sysfs / dev / "device").mkdir()
+        (sysfs / dev / "device" / "vendor").write_text(vendor + "\n")
+        for c, v in (("rx_drops", drops), ("rdma_read_wr_err", "3"), ("rx_bytes", "1000")):
+            (hw / c).write_text(v + "\n")
+    out = root / "var/lib/prometheus/node-exporter"
+    p = subprocess.run([sys.executable, str(script), "--sysfs", str(tmp_path / "sys"), "--out", str(out)],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 0, p.stderr
+    text = (out / "clusterforge-efa.prom").read_text()
+    assert 'node_amazonefa_rx_drops{device="rdmap79s0",port="1"} 40\n' in text
+    assert 'node_amazonefa_rdma_read_wr_err{device="rdmap79s0",port="1"} 3\n' in text
+    assert 'node_amazonefa_rx_bytes{device="rdmap79s0",port="1"} 1000\n' in text
+    assert "# TYPE node_amazonefa_rdma_write_wr_err counter\n" in text  # no sample: the device has no such file
+    assert "mlx5_0" not in text  # not an EFA device
+    assert [f.name for f in out.iterdir()] == ["clusterforge-efa.prom"]  # no temporary file left
+    assert oct((out / "clusterforge-efa.prom").stat().st_mode & 0o777) == "0o644"

@@ -64,6 +64,7 @@ def _base_spec(version: str | None = None) -> dict[str, Any]:
     # the cases without a version are 22.05's (the local example's release until it moved to
     # Debian 13 / 24.11); the per-release cases name theirs
     d["os"], d["slurm"]["version"] = "debian-12", "22.05"
+    d["monitoring"]["grafana"] = True  # the dashboards too (the example has Grafana off)
     if version:
         d["slurm"]["version"] = version
     return d

@@ -9,8 +9,9 @@ alerts carry) whose options are the spec's groups.
 
 The queries only read series that exist:
 
-* job ``node``: Debian's prometheus-node-exporter (its infiniband collector for IB, RoCE and EFA
-  ports: EFA ports show state and rate only, see FABRIC_NOTE);
+* job ``node``: Debian's prometheus-node-exporter (its infiniband collector for IB and RoCE ports;
+  EFA's counters through its textfile collector, written by the monitoring role's
+  clusterforge-efa-counters, see FABRIC_NOTE);
 * job ``dcgm``: dcgm-exporter with the counters file of render/dcgm_exporter.py (the defaults plus
   the clock-event and NVLink error fields these panels and the alerts read);
 * job ``slurm``: rivosinc/prometheus-slurm-exporter (SLURM_EXPORTER), which no Debian release
@@ -29,7 +30,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusterforge.render.alerts import HW_SLOWDOWN_BITS, IB_ACTIVE, LOW_UTIL_PCT, THERMAL_BITS
+from clusterforge.render.alerts import EFA_ERROR_COUNTERS, HW_SLOWDOWN_BITS, IB_ACTIVE, LOW_UTIL_PCT, THERMAL_BITS
 from clusterforge.render.model import ClusterModel
 
 #: Where the role installs the JSON files; its Grafana dashboard provider reads this folder.
@@ -43,11 +44,12 @@ SCHEMA_VERSION = 39
 #: node states, pending reasons, slurmctld diagnostics; `go install`, no Debian package).
 SLURM_EXPORTER = "rivosinc/prometheus-slurm-exporter @ 529aabaa (2025-08-13)"
 
-#: Why the EFA panels show no traffic or error counters (cited in the panel descriptions).
+#: Why the IB port panels show no EFA traffic or errors (cited in the panel descriptions).
 FABRIC_NOTE = (
-    "EFA ports show state and rate only: the efa driver keeps its counters in hw_counters "
-    "(rx_drops, rdma_read_wr_err, ...), which node exporter's infiniband collector does not read "
-    "(prometheus/node_exporter#3670)."
+    "EFA ports are not in these node_infiniband panels: the efa driver keeps its counters in "
+    "hw_counters (rx_drops, rdma_read_wr_err, ...), which node exporter's infiniband collector does "
+    "not read (prometheus/node_exporter#3670); see the EFA panels (node_amazonefa_*, written by the "
+    "monitoring role's clusterforge-efa-counters)."
 )
 
 #: DCGM_FI_DEV_CLOCKS_EVENT_REASONS bits drawn on the GPU dashboard (dcgm_fields.h
@@ -460,6 +462,16 @@ def _fabric(m: ClusterModel) -> _Board:
                       for metric, label in IB_ERROR_COUNTERS])
         b.timeseries("Transmit wait", "Ticks a port had data but could not send (congestion or a slow peer).",
                      [Query(f"rate(node_infiniband_port_transmit_wait_total{{{sel}}}[$__rate_interval]) > 0", port)])
+        if "efa" in rdma:
+            efa = "Written by the monitoring role's clusterforge-efa-counters from the efa driver's hw_counters."
+            b.timeseries("EFA throughput", f"Bytes per second received and sent per EFA port. {efa}",
+                         [Query(f"rate(node_amazonefa_rx_bytes{{{sel}}}[$__rate_interval])", port + " rx"),
+                          Query(f"rate(node_amazonefa_tx_bytes{{{sel}}}[$__rate_interval])", port + " tx")],
+                         unit="Bps")
+            b.timeseries("EFA errors", f"Receive drops and RDMA read/write errors per EFA port (alert EfaErrors). "
+                         f"{efa}",
+                         [Query(f"increase(node_amazonefa_{c}{{{sel}}}[$__rate_interval]) > 0", f"{port} {c}")
+                          for c, _ in EFA_ERROR_COUNTERS])
     nvidia = [n for n in compute if n.gpus is not None and n.gpus.vendor == "nvidia"]
     if nvidia and m.cluster.monitoring.dcgm_exporter:
         dsel = 'job="dcgm",node_group=~"$node_group",instance=~"$instance"'
