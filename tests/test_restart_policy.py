@@ -64,6 +64,7 @@ def _base_spec(version: str | None = None) -> dict[str, Any]:
     # the cases without a version are 22.05's (the local example's release until it moved to
     # Debian 13 / 24.11); the per-release cases name theirs
     d["os"], d["slurm"]["version"] = "debian-12", "22.05"
+    d["monitoring"]["grafana"] = True  # the dashboards too (the example has Grafana off)
     if version:
         d["slurm"]["version"] = version
     return d
@@ -199,8 +200,9 @@ CASES: dict[str, tuple[Any, ...]] = {
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": []},
     ),
     "node hardware (profile of the cpu nodes)": (
-        None, lambda d: _group(d, "cpu")["onprem"].update(profile="m7i.4xlarge"), None, ["slurm/slurm.conf"],
-        {"restart-slurmctld", "reconfigure"},  # DefMemPerCPU of the partitions follows the memory
+        None, lambda d: _group(d, "cpu")["onprem"].update(profile="m7i.4xlarge"), None,
+        ["grafana/cluster-overview.json", "slurm/slurm.conf"],  # the overview names each group's profile
+        {"restart-slurmctld", "reconfigure", "none"},  # DefMemPerCPU of the partitions follows the memory
         ["drain cpu-[001-002]", "stop slurmd on cpu-[001-002]", "install", "restart slurmctld",
          "start slurmd on cpu-[001-002]", "resume cpu-[001-002]"],
         {"ctl": RESTART_CTLD, "cpu-001": RESTART_SLURMD, "gpu-001": []},
@@ -225,13 +227,16 @@ CASES: dict[str, tuple[Any, ...]] = {
     ),
     # the node set (the FAQ's procedure: every daemon)
     "node set: add gpu-003": (
-        None, _add_gpu, None, ["slurm/gres.conf", "slurm/slurm.conf", "slurm/topology.conf"],
-        {"restart-all", "restart-slurmd", "reconfigure"},
+        None, _add_gpu, None,
+        ["grafana/cluster-overview.json", "grafana/gpus.json", "slurm/gres.conf", "slurm/slurm.conf",
+         "slurm/topology.conf"],
+        {"restart-all", "restart-slurmd", "reconfigure", "none"},
         ["install", "restart slurmctld", "restart slurmd on cpu-[001-002],gpu-[001-003]"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "gpu-003": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
     ),
     "node set: remove cpu-002": (
-        None, _remove_cpu, None, ["slurm/slurm.conf", "slurm/topology.conf"], {"restart-all", "reconfigure"},
+        None, _remove_cpu, None, ["grafana/cluster-overview.json", "slurm/slurm.conf", "slurm/topology.conf"],
+        {"restart-all", "reconfigure", "none"},
         ["drain cpu-002", "stop slurmd on cpu-002", "install", "restart slurmctld", "start slurmd on cpu-002",
          "restart slurmd on cpu-001,gpu-[001-002]", "resume cpu-002"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
@@ -271,6 +276,10 @@ CASES: dict[str, tuple[Any, ...]] = {
         None, None, lambda m: _bump(m, "env/gpu.sh"), ["env/gpu.sh"], {"none"}, ["no daemon action"],
         {"ctl": [], "gpu-001": [], "cpu-001": []},
     ),
+    "jobs": (
+        None, None, lambda m: _bump(m, "jobs/env.sh"), ["jobs/env.sh"], {"none"}, ["no daemon action"],
+        {"ctl": [], "gpu-001": [], "cpu-001": []},
+    ),
     "health": (
         None, None, lambda m: _bump(m, "health/gpu.sh"), ["health/gpu.sh"], {"none"}, ["no daemon action"],
         {"ctl": [], "gpu-001": [], "cpu-001": []},
@@ -281,6 +290,11 @@ CASES: dict[str, tuple[Any, ...]] = {
     ),
     "alertmanager": (
         None, None, lambda m: _bump(m, "alertmanager/alertmanager.yml"), ["alertmanager/alertmanager.yml"], {"none"},
+        ["no daemon action"], {"ctl": [], "gpu-001": [], "cpu-001": []},
+    ),
+    # a dashboard: Grafana's file provider rescans its folder
+    "grafana": (
+        None, None, lambda m: _bump(m, "grafana/gpus.json"), ["grafana/gpus.json"], {"none"},
         ["no daemon action"], {"ctl": [], "gpu-001": [], "cpu-001": []},
     ),
     "dcgm": (
@@ -363,8 +377,10 @@ CASES: dict[str, tuple[Any, ...]] = {
     ),
     # the FAQ's restart procedure for the node set holds up to 24.05 (faq.shtml@slurm-24-11-0-1)
     "24.05 node set: add gpu-003 (still the FAQ's restart)": (
-        "24.05", _add_gpu, None, ["slurm/gres.conf", "slurm/slurm.conf", "slurm/topology.conf"],
-        {"restart-all", "reconfigure"},
+        "24.05", _add_gpu, None,
+        ["grafana/cluster-overview.json", "grafana/gpus.json", "slurm/gres.conf", "slurm/slurm.conf",
+         "slurm/topology.conf"],
+        {"restart-all", "reconfigure", "none"},
         ["install", "restart slurmctld", "restart slurmd on cpu-[001-002],gpu-[001-003]"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "gpu-003": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
     ),
@@ -376,12 +392,14 @@ CASES: dict[str, tuple[Any, ...]] = {
     ),
     # ---- 24.11: reconfigure applies node additions, removals and changes (faq.shtml, slurm.conf(5))
     "24.11 node set: add gpu-003 by reconfigure": (
-        "24.11", _add_gpu, None, ["slurm/gres.conf", "slurm/slurm.conf", "slurm/topology.conf"], {"reconfigure"},
+        "24.11", _add_gpu, None,
+        ["grafana/cluster-overview.json", "grafana/gpus.json", "slurm/gres.conf", "slurm/slurm.conf", "slurm/topology.conf"], {"reconfigure", "none"},
         ["install", "scontrol reconfigure"],
         {"ctl": RECONF, "gpu-001": [], "gpu-003": [], "cpu-001": []},
     ),
     "24.11 node set: remove cpu-002 (drain, reconfigure)": (
-        "24.11", _remove_cpu, None, ["slurm/slurm.conf", "slurm/topology.conf"], {"reconfigure"},
+        "24.11", _remove_cpu, None, ["grafana/cluster-overview.json", "slurm/slurm.conf", "slurm/topology.conf"],
+        {"reconfigure", "none"},
         ["drain cpu-002", "install", "scontrol reconfigure", "resume cpu-002"],
         {"ctl": RECONF, "gpu-001": [], "cpu-001": []},
     ),
@@ -396,7 +414,8 @@ CASES: dict[str, tuple[Any, ...]] = {
         {"ctl": RECONF, "gpu-001": [], "cpu-001": []},
     ),
     "26.05 node set: remove cpu-002 (drain, reconfigure)": (
-        "26.05", _remove_cpu, None, ["slurm/slurm.conf", "slurm/topology.yaml"], {"reconfigure"},
+        "26.05", _remove_cpu, None, ["grafana/cluster-overview.json", "slurm/slurm.conf", "slurm/topology.yaml"],
+        {"reconfigure", "none"},
         ["drain cpu-002", "install", "scontrol reconfigure", "resume cpu-002"],
         {"ctl": RECONF, "gpu-001": [], "cpu-001": []},
     ),
@@ -528,7 +547,7 @@ def test_every_global_key_class_has_a_case() -> None:
 
 
 def test_every_rendered_file_kind_has_a_case(bases: dict[str | None, Manifest]) -> None:
-    """Every Slurm file by name, every other folder (nccl/, env/, health/, prometheus/) by one file."""
+    """Every Slurm file by name, every other folder (nccl/, env/, health/, prometheus/, grafana/) by one file."""
 
     def kind(name: str) -> str:
         return name if name.startswith("slurm/") else name.split("/")[0] + "/"
@@ -842,6 +861,7 @@ def test_the_role_notifies_the_handlers_the_policy_names(tmp_path: Path) -> None
         texts = {name: f.content for name, f in result.files.items()}
         for h in hosts:
             (tmp_path / h / "root" / "usr" / "local" / "sbin").mkdir(parents=True, exist_ok=True)  # health script
+            (tmp_path / h / "root" / "etc" / "profile.d").mkdir(parents=True, exist_ok=True)  # job environment
             _install_render(result.manifest(), texts, tmp_path / h / "render", tmp_path / h / "root", user)
         log.unlink(missing_ok=True)
         p = subprocess.run(["ansible-playbook", "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")],
@@ -920,6 +940,7 @@ def test_the_role_refuses_an_installed_file_the_manifest_did_not_hash(tmp_path: 
     def write(spec: dict[str, Any]) -> None:
         result = render_cluster(parse_spec(spec, "test"), base_dir=EXAMPLES)
         (root / "usr" / "local" / "sbin").mkdir(parents=True, exist_ok=True)  # the health script's folder
+        (root / "etc" / "profile.d").mkdir(parents=True, exist_ok=True)  # the job environment's folder
         _install_render(result.manifest(), {n: f.content for n, f in result.files.items()}, render, root, user)
 
     def run(*extra: str) -> tuple[int, int, str]:

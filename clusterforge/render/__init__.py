@@ -3,9 +3,10 @@
 ``render(rc)`` is used by ``clusterforge render``, ``plan``, ``inventory``, ``diff`` and ``local``;
 the check and the Ansible roles read what it wrote through ``manifest.Manifest``. Nothing else
 formats (or parses) a Slurm or NCCL line. The package holds: ``model`` (the config model),
-``slurm``/``topology``/``nccl``/``alerts``/``alertmanager``/``dcgm_exporter`` (one builder per file
-kind), ``versions`` and ``nccl_versions`` (the cited version gates), ``manifest`` (the contract), ``restart`` (the one
-restart policy), ``result``/``writer``/``yamlfile`` (files, atomic writes, YAML from data).
+``slurm``/``topology``/``nccl``/``alerts``/``alertmanager``/``dcgm_exporter``/``dashboards`` (one
+builder per file kind), ``versions`` and ``nccl_versions`` (the cited version gates), ``manifest`` (the
+contract), ``restart`` (the one restart policy), ``result``/``writer``/``yamlfile`` (files, atomic
+writes, YAML from data).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from clusterforge.render import agents
 from clusterforge.render.alertmanager import CONFIG_PATH as ALERTMANAGER_PATH
 from clusterforge.render.alertmanager import alertmanager_yaml
 from clusterforge.render.alerts import RULES_PATH, alert_groups, alerts_yaml
+from clusterforge.render.dashboards import dashboards
 from clusterforge.render.dcgm_exporter import COUNTERS_PATH, JOB_MAPPING_DIR, counters_csv
 from clusterforge.render.manifest import (
     BlockRecord,
@@ -324,6 +326,10 @@ def render(rc: ResolvedCluster) -> RenderResult:
         if c.monitoring.alertmanager.enabled:
             add_yaml("alertmanager/alertmanager.yml", alertmanager_yaml(c.name, c.monitoring.alertmanager),
                      ALERTMANAGER_PATH, ctl_groups, ("alertmanager",))
+    for d in dashboards(m):
+        # read by Grafana's file provider, which rescans its folder: no restart (render/restart.py)
+        files.append(RenderedFile(f"grafana/{d.slug}.json", d.text(), d.node_path, ctl_groups, ("grafana",),
+                                  "0644", (), "root", ()))
     nvidia = tuple(n.group for n in m.compute if n.gpus is not None and n.gpus.vendor == "nvidia")
     if nvidia and c.monitoring.dcgm_exporter:
         # read by dcgm-exporter (-f); the dcgm role installs it and restarts the exporter

@@ -13,7 +13,7 @@ someone instead of slowing jobs for days:
 * the three the field guides name: GPUs of a running job below 70 % utilisation for 15 minutes
   (the job is starved), thermal or hardware clock slowdown (one slow GPU holds back a synchronous
   job), and degraded links (NVLink CRC/replay/recovery errors, InfiniBand ports not active, below
-  their rate or going down, EFA ports not active).
+  their rate or going down, EFA ports not active or counting drops and RDMA errors).
 
 The job a GPU runs comes from dcgm-exporter's HPC job mapping: the Slurm prolog writes the job id
 into ``<mapping dir>/<GPU index>`` (templates/dcgm-job-map.sh.j2) and dcgm-exporter gives that GPU's
@@ -61,6 +61,16 @@ NVLINK_COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("crc_data", "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "warning"),
     ("replay", "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "warning"),
     ("recovery", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "critical"),
+)
+
+#: EFA error counters (node_amazonefa_<hw_counter>{device, port}, written for node exporter's textfile
+#: collector by the monitoring role's clusterforge-efa-counters: node exporter cannot read EFA's
+#: hw_counters, prometheus/node_exporter#3670): label value, hw_counter (the efa driver's
+#: EFA_DEFINE_PORT_STATS names, drivers/infiniband/hw/efa/efa_verbs.c).
+EFA_ERROR_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("rx_drops", "received packets the device dropped"),
+    ("rdma_read_wr_err", "RDMA reads completed with an error"),
+    ("rdma_write_wr_err", "RDMA writes completed with an error"),
 )
 
 #: node_infiniband_state_id of an ACTIVE port (node_exporter infiniband collector: 4 = active).
@@ -284,6 +294,21 @@ def _fabric_rules(m: ClusterModel) -> list[AlertRule]:
                     (("node_group", n.group),),
                 )
             )
+            for counter, what in EFA_ERROR_COUNTERS:
+                rules.append(
+                    AlertRule(
+                        "EfaErrors",
+                        f"increase(node_amazonefa_{counter}{{{sel}}}[15m]) > 0",
+                        0,
+                        "warning",
+                        "{{ $labels.instance }}: EFA device {{ $labels.device }} port {{ $labels.port }}: "
+                        "{{ $value }} " + what + " in 15 minutes",
+                        "a degraded EFA path slows every collective through it: drain the node when its jobs end, "
+                        "check the device (rdma statistic show, the efa driver's dmesg lines) and stop/start the "
+                        "instance if the errors go on",
+                        (("node_group", n.group), ("counter", counter)),
+                    )
+                )
             continue
         if n.fabric not in ("infiniband", "roce"):
             continue

@@ -259,6 +259,8 @@ FILE_RULES: dict[str, tuple[ImpactClass, str, str]] = {
               "Slurm daemon or job is touched", "dcgm-exporter README (-f, counters file)"),
     "alertmanager/": (ImpactClass.NONE, "the monitoring role reloads Alertmanager on the monitoring server; no Slurm "
                       "daemon or job is touched", "Alertmanager docs, Configuration (reload)"),
+    "grafana/": (ImpactClass.NONE, "dashboards: Grafana's file provider rescans its folder (updateIntervalSeconds); "
+                 "no restart, no Slurm daemon or job is touched", "Grafana docs, Provisioning (dashboards)"),
     "nccl/": (ImpactClass.NONE, "NCCL reads /etc/nccl.conf when a job initialises it: new jobs get the change, "
               "running jobs keep theirs", "NCCL docs, Environment Variables (nccl.conf)"),
     "env/": (ImpactClass.NONE, "sourced by login shells and job environments: new jobs and sessions get it",
