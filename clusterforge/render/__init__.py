@@ -39,7 +39,7 @@ from clusterforge.render.manifest import (
     SlurmLayout,
     SwitchRecord,
 )
-from clusterforge.render.model import ClusterModel, PartitionModel, build_nodeset
+from clusterforge.render.model import ClusterModel, NodeSet, PartitionModel, build_nodeset
 from clusterforge.render.nccl import nccl_plan
 from clusterforge.render.result import RenderedFile, RenderResult
 from clusterforge.render.slurm import (
@@ -102,11 +102,10 @@ def build_model(rc: ResolvedCluster) -> ClusterModel:
         members = [by_group[g] for g in groups if g in by_group]
         if not members:
             raise RenderError(f"partition {name!r} has no existing node groups")
-        names = [h for n in members for h in n.names]
         partitions.append(
             PartitionModel(
                 name=name,
-                nodes=hostlist.compress(names),
+                nodes=_union_hostlist(members),
                 default=default,
                 max_time=max_time,
                 exclusive=exclusive,
@@ -125,6 +124,13 @@ def build_model(rc: ResolvedCluster) -> ClusterModel:
         partitions=tuple(partitions),
         topology=topology,
     )
+
+
+def _union_hostlist(members: list[NodeSet]) -> str:
+    """The hostlist of several node sets: one set's own (compressed once), else their union's."""
+    if len(members) == 1:
+        return members[0].hostlist
+    return hostlist.compress([h for n in members for h in n.names])
 
 
 def _expect(m: ClusterModel) -> Expect:
@@ -256,8 +262,8 @@ def render(rc: ResolvedCluster) -> RenderResult:
         """Which hosts run each daemon that reads a file: slurmctld and slurmdbd on the controller,
         slurmd on the file's compute groups."""
         if "slurmd" in daemons and groups not in slurmd_hosts:
-            names = [h for g in rc.groups if g.role == "compute" and g.name in groups for h in g.hosts]
-            slurmd_hosts[groups] = hostlist.compress(names) if names else ""
+            members = [n for n in m.compute if n.group in groups and n.names]
+            slurmd_hosts[groups] = _union_hostlist(members) if members else ""
         out = {"slurmctld": ctl_hosts, "slurmdbd": ctl_hosts, "slurmd": slurmd_hosts.get(groups, "")}
         return tuple((d, out[d]) for d in ("slurmctld", "slurmdbd", "slurmd") if d in daemons and out[d])
 
