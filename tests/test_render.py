@@ -60,6 +60,42 @@ def test_render_is_deterministic(name: str) -> None:
     assert rendered(name) == rendered(name)
 
 
+def test_compiled_template_cache_renders_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Templates compiled in an earlier run (the user cache) give the bytes a fresh compile gives;
+    a changed template is compiled again, not taken from the cache."""
+    import clusterforge.render as render_mod
+
+    monkeypatch.setenv("CLUSTERFORGE_CACHE_DIR", str(tmp_path / "cache"))
+    render_mod._env.cache_clear()
+    monkeypatch.setattr(render_mod, "_env", render_mod._env)  # the cached Environment is put back after
+    try:
+        first = rendered("hybrid.yaml")  # compiles and stores
+        stored = sorted(tmp_path.glob("cache/jinja-*/*.cache"))
+        assert len(stored) >= 5, stored
+        render_mod._env.cache_clear()
+        assert rendered("hybrid.yaml") == first  # loads what it stored
+        monkeypatch.setenv("CLUSTERFORGE_NO_CACHE", "1")
+        render_mod._env.cache_clear()
+        assert rendered("hybrid.yaml") == first  # no cache at all
+        monkeypatch.delenv("CLUSTERFORGE_NO_CACHE")
+        # a template whose text changed at the same path: the code stored for the old text is not used
+        tpl = tmp_path / "templates"
+        tpl.mkdir()
+        for p in render_mod.TEMPLATES.iterdir():
+            (tpl / p.name).write_text(p.read_text())
+        monkeypatch.setattr(render_mod, "TEMPLATES", tpl)
+        render_mod._env.cache_clear()
+        assert rendered("hybrid.yaml") == first  # stores the copies' code
+        (tpl / "cgroup.conf.j2").write_text((tpl / "cgroup.conf.j2").read_text() + "# changed\n")
+        render_mod._env.cache_clear()
+        changed = rendered("hybrid.yaml")
+        assert changed[next(k for k in changed if k.endswith("cgroup.conf"))].endswith(b"# changed\n")
+        assert {k: v for k, v in changed.items() if not k.endswith(("cgroup.conf", "manifest.json"))} == {
+            k: v for k, v in first.items() if not k.endswith(("cgroup.conf", "manifest.json"))}
+    finally:
+        render_mod._env.cache_clear()
+
+
 def test_second_write_changes_nothing(tmp_path: Path) -> None:
     cluster = load_spec(EXAMPLES / "onprem-dgx.yaml")
     result = render_cluster(cluster, base_dir=EXAMPLES)

@@ -11,6 +11,8 @@ restart policy), ``result``/``writer``/``yamlfile`` (files, atomic writes, YAML 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -65,18 +67,45 @@ TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 HEALTHCHECK_PATH = "/usr/local/sbin/clusterforge-healthcheck"
 
 
+_ENV_OPTIONS: dict[str, Any] = {
+    "undefined": jinja2.StrictUndefined,
+    "trim_blocks": True,
+    "lstrip_blocks": True,
+    "keep_trailing_newline": True,
+    "autoescape": False,  # config files, not HTML
+}
+
+
+class _BytecodeCache(jinja2.FileSystemBytecodeCache):
+    """Compiled templates kept between runs (compiling them was a fifth of a render's time).
+
+    Jinja keys an entry by the template's path and checks the source's sha1 and the Python
+    version before it uses one; the folder's name adds Jinja's version and the options above,
+    which shape the compiled code. A cache that cannot be written is skipped, never an error."""
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    from clusterforge.cache import cache_dir
+
+    key = hashlib.sha256(repr((jinja2.__version__, sorted(_ENV_OPTIONS.items(), key=str))).encode()).hexdigest()
+    d = cache_dir(f"jinja-{key[:16]}")
+    return _BytecodeCache(str(d), "%s.cache") if d is not None else None
+
+
+@functools.cache
 def _env() -> jinja2.Environment:
+    """One Environment per process: it keeps each template compiled (``diff`` renders twice)."""
     if not TEMPLATES.is_dir():
         raise RenderError(f"templates folder {TEMPLATES} is missing; install clusterforge from its checkout")
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,  # config files, not HTML
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)), bytecode_cache=_bytecode_cache(), **_ENV_OPTIONS
     )
-    return env
 
 
 def build_model(rc: ResolvedCluster) -> ClusterModel:
