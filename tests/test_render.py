@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clusterforge.clusterspec import load_spec
 from clusterforge.errors import ClusterforgeError
@@ -408,3 +410,25 @@ def test_manifest_says_what_a_change_of_each_file_requires_and_where() -> None:
         assert (on[name]["action"], on[name]["hosts"]) == ("none", {}), name
     owners = {f["name"]: (f["owner"], f["mode"]) for f in m["files"]}
     assert owners["slurm/slurmdbd.conf"] == ("slurm", "0600") and owners["slurm/slurm.conf"] == ("root", "0644")
+
+
+_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=False),
+    st.text(max_size=20),
+    st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=140),
+    st.sampled_from(["", "null", "yes", "on", "1e3", "- a", ": ", "#x", "'", '"', "{{ x }}", "*a", "&a", "a\nb",
+                     "sum(rate(x[5m])) > 0.9", " lead", "trail ", "x" * 130, "é", "\u2028", "\x85"]),
+)
+_YAML_DATA = st.recursive(
+    _SCALARS, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.one_of(st.text(max_size=5), _SCALARS.filter(
+        lambda v: isinstance(v, str))), kids, max_size=4), max_leaves=25)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=_YAML_DATA)
+def test_rendered_yaml_is_what_pure_python_pyyaml_writes(data: object) -> None:
+    # dump_yaml uses libyaml's emitter only where it writes PyYAML's bytes; anything else, PyYAML's
+    from clusterforge.render.yamlfile import WIDTH, dump_yaml
+
+    reference = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=WIDTH)
+    assert dump_yaml(["h"], data) == "# h\n" + reference
