@@ -742,6 +742,10 @@ def _app_for(argv: list[str]) -> typer.Typer:
 
 
 def main() -> None:
+    # clusterforge uses no pydantic plugins; unless told so, pydantic looks for them in the entry
+    # points of every installed distribution before it builds the first model (importlib.metadata:
+    # a tenth of a render on a machine with 150 packages). A value the user set is kept.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     # standalone_mode=False: click's usage errors come back here, so that the ones click raises
     # before it knows the command (an option without its value) also get the "Try --help" line
     try:
