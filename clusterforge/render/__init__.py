@@ -10,6 +10,7 @@ restart policy), ``result``/``writer``/``yamlfile`` (files, atomic writes, YAML 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -84,10 +85,8 @@ class _BytecodeCache(jinja2.FileSystemBytecodeCache):
     which shape the compiled code. A cache that cannot be written is skipped, never an error."""
 
     def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-        try:
+        with contextlib.suppress(OSError):
             super().dump_bytecode(bucket)
-        except OSError:
-            pass
 
 
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
