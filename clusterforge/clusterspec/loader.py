@@ -55,14 +55,16 @@ class _Limits:
             if parent is not None:
                 self._where.pop()
 
-    def construct_yaml_int(self, node: Any) -> int:
-        try:
-            return super().construct_yaml_int(node)  # type: ignore[misc,no-any-return]
-        except ValueError:  # Python refuses int() of more than 4300 digits
-            raise _LimitError(
-                "(a number)", node.start_mark, f"the number {node.value[:20]}... has {len(node.value)} digits",
-                "write a number of realistic size (counts and sizes here have fewer than 20 digits)",
-            ) from None
+
+
+def _construct_int(loader: Any, node: Any) -> int:
+    try:
+        return int(yaml.constructor.SafeConstructor.construct_yaml_int(loader, node))
+    except ValueError:  # Python refuses int() of more than 4300 digits
+        raise _LimitError(
+            "(a number)", node.start_mark, f"the number {node.value[:20]}... has {len(node.value)} digits",
+            "write a number of realistic size (counts and sizes here have fewer than 20 digits)",
+        ) from None
 
 
 class _SpecLoader(_Limits, yaml.SafeLoader):
@@ -73,17 +75,17 @@ class _SpecLoader(_Limits, yaml.SafeLoader):
         self._where = []
 
 
-_SpecLoader.add_constructor("tag:yaml.org,2002:int", _SpecLoader.construct_yaml_int)
+_SpecLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 _CParser: Any
 try:  # libyaml's scanner and parser, when PyYAML was built with it
-    from yaml.cyaml import CParser as _CParser
+    from yaml.cyaml import CParser as _CParser  # type: ignore[attr-defined]  # the stubs do not re-export it
 except ImportError:
     _CParser = None
 if _CParser is not None:
 
-    class _CSpecLoader(_Limits, yaml.composer.Composer, _CParser, yaml.constructor.SafeConstructor,
-                       yaml.resolver.Resolver):
+    class _CSpecLoader(_Limits, yaml.composer.Composer, _CParser,  # type: ignore[misc]  # _CParser: Any
+                       yaml.constructor.SafeConstructor, yaml.resolver.Resolver):
         """libyaml scans and parses (the pure-Python scanner is most of a spec's load time); the
         nodes are still composed here, one event at a time, so the depth limit and the field path
         hold as in ``_SpecLoader`` (libyaml's own composer would recurse in C without a limit)."""
@@ -95,7 +97,7 @@ if _CParser is not None:
             yaml.composer.Composer.__init__(self)
             self._where = []
 
-    _CSpecLoader.add_constructor("tag:yaml.org,2002:int", _CSpecLoader.construct_yaml_int)
+    _CSpecLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def _expanded_size(node: yaml.Node) -> int:
