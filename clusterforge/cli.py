@@ -11,6 +11,8 @@ each verb's body is a few lines over the library.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import math
 import os
@@ -19,14 +21,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from clusterforge.clusterspec import Level
 from clusterforge.clusterspec.types import SLURM_VERSIONS
 from clusterforge.errors import ClusterforgeError
 
-if TYPE_CHECKING:  # the local package is imported lazily: it is root-only and unused by most commands
+# Each verb imports what it uses when it runs (rich when it prints through a Console, the spec
+# models when it reads a spec, pulumi only for plan and diff), so that a verb pays for no other
+# verb's modules: `python3 -X importtime -m clusterforge.cli VERB ...` shows what one loads.
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from clusterforge.clusterspec import Finding, Level
     from clusterforge.local import LocalCluster
     from clusterforge.resolve import ResolvedCluster
 
@@ -38,8 +44,21 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@functools.cache
+def _out() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+@functools.cache
+def _err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
 
 def _write_path(value: str | Path) -> Path:
     """A path the verb writes to: an empty value (an unset ``"$OUT"``) is refused, not taken as ``.``."""
@@ -69,6 +88,8 @@ def _resolve(spec: Path, facts: Path | None = None, slurm_version: str | None = 
 
 def _table(*cols: str) -> Table:
     """A plain terminal table (no box: it also reads well in a log or a pipe)."""
+    from rich.table import Table
+
     t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     for c in cols:
         t.add_column(c, overflow="fold")
@@ -77,26 +98,32 @@ def _table(*cols: str) -> Table:
 
 def _print_table(t: Table) -> None:
     # a pipe or a file gets whole lines (rich would fold at 80 columns there)
-    (out if out.is_terminal else Console(highlight=False, width=200)).print(t)
+    from rich.console import Console
+
+    (_out() if _out().is_terminal else Console(highlight=False, width=200)).print(t)
 
 
 def _refuse_errors(rc: ResolvedCluster, what: str) -> None:
     """The one refusal of every verb that builds something: the errors, then exit 1."""
     errors = list(rc.errors)
     if errors:
+        from clusterforge.clusterspec import Level
+
         _print_findings(errors, Level.ERROR)
-        out.print(f"not {what}: fix the errors above (`clusterforge validate` shows warnings too)", markup=False)
+        _out().print(f"not {what}: fix the errors above (`clusterforge validate` shows warnings too)", markup=False)
         raise typer.Exit(1)
 
 
-def _print_findings(findings: list, fail_level: Level) -> int:  # type: ignore[type-arg]
+def _print_findings(findings: list[Finding], fail_level: Level) -> int:
+    from clusterforge.clusterspec import Level
+
     style = {Level.ERROR: "bold red", Level.WARNING: "yellow", Level.INFO: "cyan"}
     for f in findings:
-        out.print(f"[{style[f.level]}]{f.level.value}[/] [bold]{f.path}[/] = {f.value!r}")
-        out.print(f"    why: {f.why}", markup=False)
-        out.print(f"    fix: {f.fix}  [{f.code}]", markup=False)
+        _out().print(f"[{style[f.level]}]{f.level.value}[/] [bold]{f.path}[/] = {f.value!r}")
+        _out().print(f"    why: {f.why}", markup=False)
+        _out().print(f"    fix: {f.fix}  [{f.code}]", markup=False)
     counts = {lv: sum(1 for f in findings if f.level is lv) for lv in Level}
-    out.print(
+    _out().print(
         f"{counts[Level.ERROR]} error(s), {counts[Level.WARNING]} warning(s), {counts[Level.INFO]} info",
         markup=False,
     )
@@ -130,7 +157,9 @@ def validate_cmd(
         )
         failing = {"error"} if fail_on == "error" else {"error", "warning"}
         raise typer.Exit(1 if any(f.level.value in failing for f in findings) else 0)
-    out.print(f"{spec}: cluster {cluster.name!r}, Slurm {cluster.slurm.version}", markup=False)
+    from clusterforge.clusterspec import Level
+
+    _out().print(f"{spec}: cluster {cluster.name!r}, Slurm {cluster.slurm.version}", markup=False)
     raise typer.Exit(_print_findings(findings, Level(fail_on)))
 
 
@@ -157,8 +186,8 @@ def render_cmd(
         files.add_row(f.name, f.node_path, f.sha256[:12], ", ".join(f.groups))
     _print_table(files)
     for note in result.notes:
-        out.print(f"  note: {note}", markup=False)
-    out.print(
+        _out().print(f"  note: {note}", markup=False)
+    _out().print(
         f"{'wrote' if changed else 'unchanged'}: {out_dir} ({len(result.files)} files + manifest.json, "
         f"Slurm {result.slurm_version})",
         markup=False,
@@ -188,9 +217,11 @@ def check_cmd(
 
     Manifest.read(rendered)  # a missing, old or malformed manifest is bad input: its message, exit 2
     if build_rootfs:
-        err.print("check: builds the release family's root filesystem first if it is missing (timed as rootfs_build)")
+        _err().print(
+            "check: builds the release family's root filesystem first if it is missing (timed as rootfs_build)"
+        )
     report = check_dir(rendered, timeout_s=timeout, build_rootfs=build_rootfs)
-    out.print(format_report(report), markup=False)
+    _out().print(format_report(report), markup=False)
     raise typer.Exit(0 if report.ok else 1)
 
 
@@ -206,7 +237,10 @@ def plan_cmd(
     rc = _resolve(spec, facts)
     _refuse_errors(rc, "planned")
     plan = build_plan(rc, spec_path=spec)
-    sys.stdout.write(to_json(plan) if as_json else format_text(plan, width=out.width if out.is_terminal else 1000))
+    if as_json:
+        sys.stdout.write(to_json(plan))
+    else:
+        sys.stdout.write(format_text(plan, width=_out().width if _out().is_terminal else 1000))
 
 
 @app.command("inventory")
@@ -232,8 +266,8 @@ def inventory_cmd(
     res = generate_inventory(
         rc, stack_outputs=stack_outputs, out_dir=out_dir, manifest_dir=manifest_dir, force=force
     )
-    out.print(f"inventory: {res.out_dir} ({len(res.written)} files)", markup=False)
-    out.print(f"rendered configs: {res.manifest_dir}", markup=False)
+    _out().print(f"inventory: {res.out_dir} ({len(res.written)} files)", markup=False)
+    _out().print(f"rendered configs: {res.manifest_dir}", markup=False)
 
 
 @app.command("configure")
@@ -267,10 +301,10 @@ def configure_cmd(
         vault_password_file=vault_password_file,
         facts_dir=facts,
         force=force,
-        progress=TextProgress(lambda line: out.print(line, markup=False)),
+        progress=TextProgress(lambda line: _out().print(line, markup=False)),
     )
     for f in res.failures:
-        err.print(f"failed: {f}", markup=False)
+        _err().print(f"failed: {f}", markup=False)
     raise typer.Exit(0 if res.ok else 1)
 
 
@@ -294,7 +328,7 @@ def retire_cmd(
     try:
         hostlist.expand(nodes)
     except ValueError as exc:
-        err.print(f"NODES {nodes!r}: not a hostlist ({exc}); give e.g. 'gpu-[003-004]'", markup=False)
+        _err().print(f"NODES {nodes!r}: not a hostlist ({exc}); give e.g. 'gpu-[003-004]'", markup=False)
         raise typer.Exit(2) from None
     res = configure(
         spec,
@@ -303,10 +337,10 @@ def retire_cmd(
         stack_outputs=stack_outputs,
         inventory_dir=inventory_dir,
         vault_password_file=vault_password_file,
-        progress=TextProgress(lambda line: out.print(line, markup=False)),
+        progress=TextProgress(lambda line: _out().print(line, markup=False)),
     )
     for f in res.failures:
-        err.print(f"failed: {f}", markup=False)
+        _err().print(f"failed: {f}", markup=False)
     raise typer.Exit(0 if res.ok else 1)
 
 
@@ -361,11 +395,15 @@ def diff_cmd(
         _write_report(json_output, "--json-output", to_json(report))
     if fmt == "terminal":
         if output:
+            from rich.console import Console
+
             buf = Console(highlight=False, soft_wrap=True, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
             print_terminal(report, buf)
             buf.file.close()
             _write_report(output, "--output", buf.export_text())
         else:
+            from rich.console import Console
+
             print_terminal(report, Console(highlight=False, soft_wrap=True))
     else:
         text = to_json(report) if fmt == "json" else to_markdown(report, max_chars=max_chars)
@@ -440,24 +478,24 @@ def local_up_cmd(
         configure=not nodes_only,
         check=check,
         diff=diff,
-        progress=lambda m: out.print(m, markup=False),
-        ansible_progress=TextProgress(lambda line: out.print(line, markup=False)),
+        progress=lambda m: _out().print(m, markup=False),
+        ansible_progress=TextProgress(lambda line: _out().print(line, markup=False)),
     )
     times = ", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items())
-    out.print(f"local cluster {res.layout.cluster}: {times}", markup=False)
+    _out().print(f"local cluster {res.layout.cluster}: {times}", markup=False)
     if res.configure is not None:
         for f in res.configure.failures:
-            err.print(f"failed: {f}", markup=False)
+            _err().print(f"failed: {f}", markup=False)
         if not res.configure.ok:
             again = " ".join(["clusterforge local up", *([str(spec)] if spec else []),
                               *(["--state", str(state)] if state else [])])
-            err.print(f"the playbook failed; the nodes stay up: fix it and run `{again}` again "
+            _err().print(f"the playbook failed; the nodes stay up: fix it and run `{again}` again "
                       "(it re-runs the playbook), or `clusterforge local down`", markup=False)
             raise typer.Exit(1)
     if not check and not nodes_only:
         st = lc.status()
-        out.print(st["sinfo"].rstrip(), markup=False)
-        out.print(
+        _out().print(st["sinfo"].rstrip(), markup=False)
+        _out().print(
             f"log in: clusterforge local ssh {lc.submit_node()}    jobs: clusterforge local run -- srun -N2 hostname"
             "    remove: clusterforge local down",
             markup=False,
@@ -473,19 +511,19 @@ def local_status_cmd(
     if as_json:
         print(json.dumps(st, indent=2))
         return
-    out.print(f"local cluster {st['cluster']} ({'up' if st['up'] else 'down'}), state {st['state']}", markup=False)
+    _out().print(f"local cluster {st['cluster']} ({'up' if st['up'] else 'down'}), state {st['state']}", markup=False)
     for name, n in st["nodes"].items():
         gpus = f" {n['gpus']} GPUs" if n["gpus"] else ""
-        out.print(f"  {name:<10} {n['address']:<14} {n['role']:<10} {'running' if n['running'] else 'STOPPED'}{gpus}",
-                  markup=False)
+        state_word = "running" if n["running"] else "STOPPED"
+        _out().print(f"  {name:<10} {n['address']:<14} {n['role']:<10} {state_word}{gpus}", markup=False)
     for iid, i in st.get("instances", {}).items():
-        out.print(f"  instance {iid:<20} {i['address']:<14} {i['group']:<8} {i['state']:<16} "
+        _out().print(f"  instance {iid:<20} {i['address']:<14} {i['group']:<8} {i['state']:<16} "
                   f"name {i['name'] or '-'}" + (f"  claim error: {i['claim_error']}" if i["claim_error"] else ""),
                   markup=False)
     for note in st.get("notes", []):
-        err.print(f"  {note}", markup=False)
+        _err().print(f"  {note}", markup=False)
     if st["sinfo"]:
-        out.print(st["sinfo"].rstrip(), markup=False)
+        _out().print(st["sinfo"].rstrip(), markup=False)
     if not all(n["running"] for n in st["nodes"].values()) or st.get("notes"):
         raise typer.Exit(1)
 
@@ -496,8 +534,8 @@ def local_rejoin_cmd(state: StateOpt = None) -> None:
     (--limit) and registered with their new addresses."""
     from clusterforge.local.aws.flavour import rejoin
 
-    res = rejoin(_local(state).aws(), say=lambda m: out.print(m, markup=False))
-    out.print(", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items()) or "nothing to do", markup=False)
+    res = rejoin(_local(state).aws(), say=lambda m: _out().print(m, markup=False))
+    _out().print(", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items()) or "nothing to do", markup=False)
 
 
 @local_app.command("replace")
@@ -510,8 +548,8 @@ def local_replace_cmd(
     then rejoin: the new instance takes the name, one host is configured, slurmd registers."""
     from clusterforge.local.aws.flavour import replace
 
-    res = replace(_local(state).aws(), node, reason=reason, say=lambda m: out.print(m, markup=False))
-    out.print(", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items()), markup=False)
+    res = replace(_local(state).aws(), node, reason=reason, say=lambda m: _out().print(m, markup=False))
+    _out().print(", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items()), markup=False)
 
 
 @local_app.command("interrupt")
@@ -527,10 +565,10 @@ def local_interrupt_cmd(
     from clusterforge.local.aws.flavour import interrupt
 
     if action not in ("terminate", "stop", "hibernate"):
-        err.print(f"--action {action!r}: EC2 notices say terminate, stop or hibernate", markup=False)
+        _err().print(f"--action {action!r}: EC2 notices say terminate, stop or hibernate", markup=False)
         raise typer.Exit(2)
     when = interrupt(_local(state).aws(), node, action=action, lead_s=lead)
-    out.print(f"{node}: spot/instance-action {action} at {when} (served from now on)", markup=False)
+    _out().print(f"{node}: spot/instance-action {action} at {when} (served from now on)", markup=False)
 
 
 @local_app.command("retire")
@@ -547,10 +585,10 @@ def local_retire_cmd(
     res = _local(state).configure(
         playbook="retire.yml",
         extra_vars={"retire_nodes": nodes, "retire_requeue": requeue, "retire_drain_timeout_s": drain_timeout},
-        progress=TextProgress(lambda line: out.print(line, markup=False)),
+        progress=TextProgress(lambda line: _out().print(line, markup=False)),
     )
     for f in res.failures:
-        err.print(f"failed: {f}", markup=False)
+        _err().print(f"failed: {f}", markup=False)
     raise typer.Exit(0 if res.ok else 1)
 
 
@@ -589,9 +627,9 @@ def local_down_cmd(state: StateOpt = None) -> None:
     """Remove everything `up` made: processes (by PID), namespaces, mounts, cgroup folders, rootfs layers."""
     removed = _local(state).down()
     if not removed:
-        out.print("nothing to remove: no local cluster here", markup=False)
+        _out().print("nothing to remove: no local cluster here", markup=False)
     for r in removed:
-        out.print(f"removed {r}", markup=False)
+        _out().print(f"removed {r}", markup=False)
 
 
 @app.command("schema")
@@ -672,17 +710,48 @@ def nccl_verdict_cmd(
         outlier=outlier,
     )
     for line in format_verdict(verdict):
-        out.print(line, markup=False)
+        _out().print(line, markup=False)
     raise typer.Exit(verdict.exit_code)
 
 
+_spare = typer.Typer()
+
+
+@_spare.command("_", hidden=True)
+def _placeholder() -> None:
+    """Never run: a second, hidden command keeps a one-verb tree (``_app_for``) a group, as the
+    whole tree is (typer runs a lone command without its name)."""
+
+
+def _app_for(argv: list[str]) -> typer.Typer:
+    """The command tree to build for this run: the named verb alone when the first argument is one.
+
+    typer builds a click command from every registered function's signature when it starts, about
+    ten times the work of one verb's; the verb's own options, help, usage lines and errors are the
+    same in either tree (tests/test_cli_lazy.py). Anything else (no verb, an option first, an
+    unknown word) gets the whole tree, for its command list and "No such command"."""
+    verb = argv[0] if argv else ""
+    commands = [c for c in app.registered_commands if c.name == verb]
+    groups = [g for g in app.registered_groups if g.name == verb]
+    if not commands and not groups:
+        return app
+    one = copy.copy(app)
+    one.registered_commands = [*commands, *_spare.registered_commands]
+    one.registered_groups = groups
+    return one
+
+
 def main() -> None:
+    # clusterforge uses no pydantic plugins; unless told so, pydantic looks for them in the entry
+    # points of every installed distribution before it builds the first model (importlib.metadata:
+    # a tenth of a render on a machine with 150 packages). A value the user set is kept.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     # standalone_mode=False: click's usage errors come back here, so that the ones click raises
     # before it knows the command (an option without its value) also get the "Try --help" line
     try:
-        code = app(standalone_mode=False)
+        code = _app_for(sys.argv[1:])(standalone_mode=False)
     except typer.Abort:
-        err.print("Aborted!", markup=False)
+        _err().print("Aborted!", markup=False)
         sys.exit(1)
     except typer.TyperException as exc:  # typer's own click: its usage errors (exit 2)
         if type(exc).__name__ == "NoArgsIsHelpError":
@@ -693,10 +762,10 @@ def main() -> None:
             rich_format_error(exc)  # type: ignore[arg-type]
             if getattr(exc, "ctx", None) is None:
                 verb = " ".join(a for a in sys.argv[1:2] if not a.startswith("-"))
-                err.print(f"Try 'clusterforge {verb + ' ' if verb else ''}--help' for help.", markup=False)
+                _err().print(f"Try 'clusterforge {verb + ' ' if verb else ''}--help' for help.", markup=False)
         sys.exit(getattr(exc, "exit_code", 2))
     except ClusterforgeError as exc:
-        err.print(f"error: {exc}", markup=False)
+        _err().print(f"error: {exc}", markup=False)
         sys.exit(exc.exit_code)
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -25,3 +25,12 @@ def _pinned_now(monkeypatch: pytest.MonkeyPatch) -> None:
     import infra.node_group
 
     monkeypatch.setattr(infra.node_group, "utcnow", lambda: datetime(2026, 12, 1, 12, 0, tzinfo=UTC))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The user cache (compiled templates, diff plans) of the test session, not of the user:
+    a test never reads what an earlier run or the developer's own commands left there."""
+    import os
+
+    os.environ["CLUSTERFORGE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))

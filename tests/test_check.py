@@ -168,6 +168,76 @@ def test_set_key_replaces_case_insensitively_and_appends() -> None:
     assert old is None and "AuthInfo" not in text
 
 
+def test_node_addresses_hold_every_node_a_slurm_cluster_can_have() -> None:
+    # the first scheme (127.1.<i // 250>.<i % 250 + 1>) wrote 127.1.256.1 for node 64,000
+    import ipaddress
+
+    from clusterforge.check.environment import node_address
+
+    addrs = [node_address(i) for i in range(65_536 + 10)]
+    assert len(set(addrs)) == len(addrs)
+    parsed = [ipaddress.IPv4Address(a) for a in addrs]
+    assert all(a in ipaddress.IPv4Network("127.0.0.0/8") for a in parsed)
+    assert parsed == sorted(parsed) and all(a.packed[3] not in (0, 255) for a in parsed)
+    with pytest.raises(ValueError):
+        node_address(-1)
+
+
+def _rewriter(tmp_path: Path) -> tuple[copies._Rewriter, CheckReport]:
+    report = CheckReport(path=tmp_path)
+    return copies._Rewriter(tmp_path, tmp_path, report), report
+
+
+def test_unaddressed_node_lines_get_the_checks_ip_literals(tmp_path: Path) -> None:
+    from clusterforge import hostlist
+
+    text = (
+        "NodeName=DEFAULT RealMemory=100\n"
+        "NodeName=gpu-[0001-0600] CPUs=192 Gres=gpu:h100:8 State=CLOUD\n"
+        "NodeName=cpu-[01-02] NodeAddr=10.0.0.[1-2] CPUs=8\n"
+        "NodeName=n1 NodeHostname=h1 CPUs=8\n"
+        "PartitionName=all Nodes=ALL\n"
+    )
+    index = {f"cpu-0{i}": i - 1 for i in (1, 2)} | {f"gpu-{i:04d}": i + 1 for i in range(1, 601)} | {"n1": 602}
+    rw, report = _rewriter(tmp_path)
+    out = rw.node_addresses(text, index, copies.CTLD_FILE).splitlines()
+    assert out[0] == "NodeName=DEFAULT RealMemory=100"
+    name, addr, *rest = out[1].split()
+    assert name == "NodeName=gpu-[0001-0600]" and rest == ["CPUs=192", "Gres=gpu:h100:8", "State=CLOUD"]
+    got = hostlist.expand(addr.removeprefix("NodeAddr="))
+    # paired by position with the names, each the address of the node's own number
+    from clusterforge.check.environment import node_address
+
+    assert got == [node_address(index[f"gpu-{i:04d}"]) for i in range(1, 601)]
+    assert out[2:] == text.splitlines()[2:]  # an address or a host name of its own: untouched
+    assert [(o.key, o.original) for o in report.overrides] == [("NodeAddr", None)]
+
+
+def test_node_table_is_sized_before_the_nodes_are_read(tmp_path: Path) -> None:
+    rw, report = _rewriter(tmp_path)
+    assert "MaxNodeCount=700\n" in rw.node_table("SelectType=select/cons_tres\n", 700)
+    assert rw.node_table("SelectType=select/cons_tres\nMaxNodeCount=9000\n", 700).count("MaxNodeCount") == 1
+    assert "MaxNodeCount" not in rw.node_table("SelectType=select/linear\n", 700)
+    assert [o.key for o in report.overrides] == ["MaxNodeCount"]
+
+
+def test_hosts_file_names_the_controllers_and_the_probed_nodes(tmp_path: Path) -> None:
+    from clusterforge.check import environment
+
+    manifest = Manifest.read(GOOD)
+    path = tmp_path / "hosts"
+    environment.write_hosts(path, manifest, ["gpu-001"])
+    lines = path.read_text().splitlines()
+    index = environment.node_index(manifest)
+    assert f"{environment.node_address(index['gpu-001'])} gpu-001" in lines
+    assert any(line.endswith(" head-01") for line in lines)
+    # no other node: every lookup scans the file from the top, so N nodes made a start O(N²)
+    assert not any(line.split()[-1].startswith(("gpu-002", "cpu-")) for line in lines)
+    assert sorted(index) == sorted(
+        [f"gpu-00{i}" for i in range(1, 5)] + ["cpu-01", "cpu-02"]
+    ) and sorted(index.values()) == list(range(6))
+
+
 # What Debian's scontrol 22.05.8 prints for `show config` (excerpt, spacing as printed).
 SHOW_CONFIG = """Configuration data as of 2024-01-01T00:00:00
 SlurmctldHost[0]        = head-01(10.10.0.10)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clusterforge.clusterspec import load_spec
 from clusterforge.errors import ClusterforgeError
@@ -58,6 +60,42 @@ def test_golden(name: str) -> None:
 @pytest.mark.parametrize("name", EXAMPLE_SPECS)
 def test_render_is_deterministic(name: str) -> None:
     assert rendered(name) == rendered(name)
+
+
+def test_compiled_template_cache_renders_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Templates compiled in an earlier run (the user cache) give the bytes a fresh compile gives;
+    a changed template is compiled again, not taken from the cache."""
+    import clusterforge.render as render_mod
+
+    monkeypatch.setenv("CLUSTERFORGE_CACHE_DIR", str(tmp_path / "cache"))
+    render_mod._env.cache_clear()
+    monkeypatch.setattr(render_mod, "_env", render_mod._env)  # the cached Environment is put back after
+    try:
+        first = rendered("hybrid.yaml")  # compiles and stores
+        stored = sorted(tmp_path.glob("cache/jinja-*/*.cache"))
+        assert len(stored) >= 5, stored
+        render_mod._env.cache_clear()
+        assert rendered("hybrid.yaml") == first  # loads what it stored
+        monkeypatch.setenv("CLUSTERFORGE_NO_CACHE", "1")
+        render_mod._env.cache_clear()
+        assert rendered("hybrid.yaml") == first  # no cache at all
+        monkeypatch.delenv("CLUSTERFORGE_NO_CACHE")
+        # a template whose text changed at the same path: the code stored for the old text is not used
+        tpl = tmp_path / "templates"
+        tpl.mkdir()
+        for p in render_mod.TEMPLATES.iterdir():
+            (tpl / p.name).write_text(p.read_text())
+        monkeypatch.setattr(render_mod, "TEMPLATES", tpl)
+        render_mod._env.cache_clear()
+        assert rendered("hybrid.yaml") == first  # stores the copies' code
+        (tpl / "cgroup.conf.j2").write_text((tpl / "cgroup.conf.j2").read_text() + "# changed\n")
+        render_mod._env.cache_clear()
+        changed = rendered("hybrid.yaml")
+        assert changed[next(k for k in changed if k.endswith("cgroup.conf"))].endswith(b"# changed\n")
+        assert {k: v for k, v in changed.items() if not k.endswith(("cgroup.conf", "manifest.json"))} == {
+            k: v for k, v in first.items() if not k.endswith(("cgroup.conf", "manifest.json"))}
+    finally:
+        render_mod._env.cache_clear()
 
 
 def test_second_write_changes_nothing(tmp_path: Path) -> None:
@@ -372,3 +410,25 @@ def test_manifest_says_what_a_change_of_each_file_requires_and_where() -> None:
         assert (on[name]["action"], on[name]["hosts"]) == ("none", {}), name
     owners = {f["name"]: (f["owner"], f["mode"]) for f in m["files"]}
     assert owners["slurm/slurmdbd.conf"] == ("slurm", "0600") and owners["slurm/slurm.conf"] == ("root", "0644")
+
+
+_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=False),
+    st.text(max_size=20),
+    st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=140),
+    st.sampled_from(["", "null", "yes", "on", "1e3", "- a", ": ", "#x", "'", '"', "{{ x }}", "*a", "&a", "a\nb",
+                     "sum(rate(x[5m])) > 0.9", " lead", "trail ", "x" * 130, "é", "\u2028", "\x85"]),
+)
+_YAML_DATA = st.recursive(
+    _SCALARS, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.one_of(st.text(max_size=5), _SCALARS.filter(
+        lambda v: isinstance(v, str))), kids, max_size=4), max_leaves=25)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=_YAML_DATA)
+def test_rendered_yaml_is_what_pure_python_pyyaml_writes(data: object) -> None:
+    # dump_yaml uses libyaml's emitter only where it writes PyYAML's bytes; anything else, PyYAML's
+    from clusterforge.render.yamlfile import WIDTH, dump_yaml
+
+    reference = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=WIDTH)
+    assert dump_yaml(["h"], data) == "# h\n" + reference

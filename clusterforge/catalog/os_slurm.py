@@ -52,7 +52,8 @@ def release_family(version: str) -> str:
 
 @cache
 def load_table(path: Path = TABLE_FILE) -> OsSlurmTable:
-    raw = yaml.safe_load(path.read_text())
+    # the data file shipped beside this module: libyaml when PyYAML has it (the catalog's way)
+    raw = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return OsSlurmTable(
         distributions={k: ShippedSlurm(name=k, **v) for k, v in raw["distributions"].items()},
         build_sources={k: ShippedSlurm(name=k, **v) for k, v in raw["build_sources"].items()},

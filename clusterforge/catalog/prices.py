@@ -45,4 +45,5 @@ class PriceTable(_Strict):
 
 @cache
 def load_prices(path: Path = PRICES_FILE) -> PriceTable:
-    return PriceTable.model_validate(yaml.safe_load(path.read_text()))
+    # the data file shipped beside this module: libyaml when PyYAML has it (the catalog's way)
+    return PriceTable.model_validate(yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))

@@ -4,9 +4,13 @@ reads rendered config text.
 Slurm has no config-test mode, so the check runs the real daemons on copies of the rendered
 ``slurm/`` folder in which only what would touch this machine is changed: state, spool, pid and
 log paths (to a private folder), quiet log levels (to ``info``, the level the check reads),
-``Include`` paths (to the copies), the munge socket, a throw-away JWT key, and accounting storage
-(no slurmdbd runs here). Node, partition, GRES and topology lines are never touched. Every change
-is recorded as an ``Override`` in the report.
+``Include`` paths (to the copies), the munge socket, a throw-away JWT key, accounting storage
+(no slurmdbd runs here), on node lines that give no address ``NodeAddr=`` with the nodes'
+check addresses (``environment.node_address``: IP literals, so no daemon looks a node name up;
+each lookup scans /etc/hosts, which made a start O(nodes²)), and ``MaxNodeCount`` (its default,
+the node count, set before the nodes are read). Partition, GRES and topology lines,
+and every other key of a node line, are never touched. Every change is recorded as an
+``Override`` in the report.
 
 Reading keys here is the rewrite's own business (which value to replace); what the check
 *compares* with comes from ``manifest.json`` (``clusterforge.render.manifest``), never from here.
@@ -18,10 +22,12 @@ import os
 import pwd
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterforge import hostlist
+from clusterforge.check.environment import node_address
 from clusterforge.check.report import CheckReport, Override
 
 __all__ = ["Copies", "make_copies", "set_key", "set_munge_socket"]
@@ -44,6 +50,7 @@ _QUIET_LEVELS = {"quiet", "fatal", "error", "0", "1", "2"}
 
 _LINE_KEY = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
 _INCLUDE = re.compile(r"^(\s*include\s+)(\S+)(.*)$", re.IGNORECASE)
+_NODE_LINE = re.compile(r"^(\s*NodeName\s*=\s*)(\S+)(.*)$", re.IGNORECASE)
 
 CTLD_FILE = "slurm.conf (slurmctld)"
 SLURMD_FILE = "slurm.conf (slurmd -G)"
@@ -164,6 +171,45 @@ class _Rewriter:
         self.record(CTLD_FILE, "JobCompLoc", old, new, "production path")
         return text
 
+    def node_addresses(self, text: str, index: Mapping[str, int], file: str) -> str:
+        """``NodeAddr=`` of the check's addresses on each node line that has neither NodeAddr nor
+        NodeHostname (cloud groups, on-prem groups without addresses): Slurm pairs the two
+        hostlists by position, and the addresses rise with ``index``, in the names' order."""
+        out: list[str] = []
+        changed = 0
+        for line in text.splitlines():
+            m = _NODE_LINE.match(line)
+            keys = {w.split("=", 1)[0].lower() for w in line.split("#", 1)[0].split()}
+            if m and m.group(2).lower() != "default" and not keys & {"nodeaddr", "nodehostname"}:
+                try:
+                    names = hostlist.expand(m.group(2))
+                except hostlist.HostlistError:
+                    names = []  # slurmctld's to report
+                if names and all(n in index for n in names):
+                    addrs = [node_address(index[n]) for n in names]
+                    compressed = hostlist.compress(addrs)
+                    if hostlist.expand(compressed) == addrs:  # each name keeps its own address
+                        line = f"{m.group(1)}{m.group(2)} NodeAddr={compressed}{m.group(3)}"
+                        changed += 1
+            out.append(line)
+        if changed:
+            self.record(file, "NodeAddr", None, f"the check's addresses on {changed} node line(s)",
+                        "IP literals: no daemon looks a node name up in /etc/hosts")
+        return "\n".join(out) + "\n"
+
+    def node_table(self, text: str, nodes: int) -> str:
+        """``MaxNodeCount=`` the render's node count: its default, but known before slurmctld reads
+        the nodes, which otherwise grows its node table 100 records at a time and rehashes every
+        node each time (grow_node_record_table_ptr, src/common/node_conf.c @ slurm-22-05-8-1):
+        half of a 65,536-node start. slurmctld takes it with select/cons_tres only."""
+        if _conf_value(text, "MaxNodeCount") is not None:
+            return text
+        if (_conf_value(text, "SelectType") or "").lower() != "select/cons_tres":
+            return text
+        text, _ = set_key(text, "MaxNodeCount", str(nodes))
+        self.record(CTLD_FILE, "MaxNodeCount", None, str(nodes), "the node table sized once: its default, known early")
+        return text
+
     def slurmd(self, base: str) -> str:
         text = self.paths(base, _SLURMD_PATHS, SLURMD_FILE)
         text = self.loud(text, "SlurmdDebug", SLURMD_FILE)
@@ -182,10 +228,13 @@ class _Rewriter:
         return text
 
 
-def make_copies(src: Path, tmp: Path, pw: pwd.struct_passwd, report: CheckReport) -> Copies:
+def make_copies(
+    src: Path, tmp: Path, pw: pwd.struct_passwd, report: CheckReport, nodes: Mapping[str, int] | None = None
+) -> Copies:
     """Write ``tmp/{parse,ctld,slurmd}/`` from ``src/slurm/`` and the private state/log/run/spool
     folders (``state``, ``log`` and ``run`` owned by the Slurm user ``pw``, who writes there after
-    slurmctld drops root). Raises ``OSError`` when the render cannot be read."""
+    slurmctld drops root). ``nodes`` numbers the nodes (``environment.node_index``) for the
+    slurmctld and slurmd copies' node addresses. Raises ``OSError`` when the render cannot be read."""
     rw = _Rewriter(src, tmp, report)
     for sub in ("state", "log", "run", "spool", "munge", "parse", "ctld", "slurmd"):
         (tmp / sub).mkdir(mode=0o755)
@@ -204,8 +253,12 @@ def make_copies(src: Path, tmp: Path, pw: pwd.struct_passwd, report: CheckReport
     text = rw.loud(text, "SlurmctldDebug", CTLD_FILE)
     text, accounting_off = rw.accounting(text)
     text = rw.jwt(text, pw)
+    slurmd_text = rw.slurmd(base)
+    if nodes:
+        text = rw.node_table(rw.node_addresses(text, nodes, CTLD_FILE), len(nodes))
+        slurmd_text = rw.node_addresses(slurmd_text, nodes, SLURMD_FILE)
     (tmp / "ctld" / "slurm.conf").write_text(text)
-    (tmp / "slurmd" / "slurm.conf").write_text(rw.slurmd(base))
+    (tmp / "slurmd" / "slurm.conf").write_text(slurmd_text)
     return Copies(
         tmp / "parse" / "slurm.conf", tmp / "ctld" / "slurm.conf", tmp / "slurmd" / "slurm.conf", accounting_off
     )

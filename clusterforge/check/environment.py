@@ -5,11 +5,12 @@ host's, or a private one on its own socket and key) and the namespaces' ``/etc/h
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from clusterforge import hostlist, proc
@@ -24,6 +25,8 @@ __all__ = [
     "ROOTFS_BUILD_TIMEOUT_S",
     "cache_dir",
     "daemon_version",
+    "node_address",
+    "node_index",
     "preflight",
     "rootfs_command",
     "start_munged",
@@ -192,28 +195,54 @@ def start_munged(
     return daemon, None
 
 
-def write_hosts(path: Path, manifest: Manifest) -> None:
-    """An /etc/hosts for the namespaces: the controllers and every node of ``expect`` and of the
-    node records resolve, so nothing waits 5 s on DNS. The primary controller gets its expected
-    address or a documentation address (the namespace's loopback carries both)."""
+#: Node addresses of the check: 127.0.0.0/8 from 127.1.0.1, 254 to a /24 (no .0 or .255), so
+#: 16 million nodes fit; the namespaces route all of IPv4 to their loopback (slurmctld.py), and no
+#: address leaves them. (The first scheme, 127.1.<i // 250>.<i % 250 + 1>, ran out at 64,000 nodes.)
+NODE_NET = ipaddress.IPv4Network("127.0.0.0/8")
+_FIRST_NODE = int(ipaddress.IPv4Address("127.1.0.0"))
+MAX_CHECK_NODES = (int(NODE_NET.broadcast_address) - _FIRST_NODE) // 256 * 254
+
+
+def node_address(i: int) -> str:
+    """The check's address of its ``i``-th node (from 0): increasing with ``i``."""
+    if not 0 <= i < MAX_CHECK_NODES:
+        raise ValueError(f"node index {i} is outside the check's {MAX_CHECK_NODES} node addresses")
+    return str(ipaddress.IPv4Address(_FIRST_NODE + (i // 254) * 256 + i % 254 + 1))
+
+
+def write_hosts(path: Path, manifest: Manifest, nodes: Iterable[str] = ()) -> None:
+    """An /etc/hosts for the namespaces: the controllers (the primary gets its expected address,
+    or a documentation address; the namespace's loopback carries both) and ``nodes``.
+
+    Not every node: glibc scans /etc/hosts from the top for each name, and slurmctld looks up
+    every node it has no address for, so a file of N nodes made the start O(N²) (17.9 s at 16,384
+    nodes). The check's copies give every node line an address instead (``copies.node_addresses``,
+    from :func:`node_address`); ``nodes`` are the few names a daemon still looks up (each slurmd
+    -G probe's own node), at those same addresses."""
     lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost"]
     seen = {"localhost"}
     for i, c in enumerate(manifest.expect.controllers):
         if c.name not in seen:
             lines.append(f"{c.address or (STAND_IN_ADDR if i == 0 else f'127.0.0.{i + 1}')} {c.name}")
             seen.add(c.name)
-    exprs = [n.names for n in manifest.expect.nodes] + [r.names for r in manifest.config.nodes]
-    i = 0
-    for expr in exprs:
+    wanted = [n for n in nodes if n not in seen]
+    if wanted:
+        index = node_index(manifest)
+        lines += [f"{node_address(index[n])} {n}" for n in dict.fromkeys(wanted) if n in index]
+    path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o644)
+
+
+def node_index(manifest: Manifest) -> dict[str, int]:
+    """Every node of ``expect`` and of the node records, numbered in the order they come (each
+    name once): ``node_address`` of the number is the node's address in the check."""
+    index: dict[str, int] = {}
+    for expr in [n.names for n in manifest.expect.nodes] + [r.names for r in manifest.config.nodes]:
         try:
             names = hostlist.expand(expr)
         except hostlist.HostlistError:
             continue  # expect's were checked before; a bad record is slurmctld's to report
         for n in names:
-            if n in seen:
-                continue
-            seen.add(n)
-            i += 1
-            lines.append(f"127.1.{i // 250}.{i % 250 + 1} {n}")
-    path.write_text("\n".join(lines) + "\n")
-    path.chmod(0o644)
+            if n not in index:
+                index[n] = len(index)
+    return index

@@ -86,8 +86,9 @@ class _Check:
             where = "this machine" if daemons.root is None else f"{daemons.root}/etc/passwd"
             r.add(ProblemKind.ENVIRONMENT, f"SlurmUser {user!r} (manifest slurm.user) does not exist on {where}")
             return
+        nodes = environment.node_index(manifest)
         try:
-            copies = make_copies(self.src, self.tmp, pw, r)
+            copies = make_copies(self.src, self.tmp, pw, r, nodes)
         except OSError as exc:
             r.add(ProblemKind.MANIFEST, f"cannot copy the render: {exc}", "slurm/")
             return
@@ -97,16 +98,16 @@ class _Check:
             return
         if not self.munge(daemons, copies.ctld, copies.slurmd):
             return
-        environment.write_hosts(self.hosts, manifest)
+        gpu_nodes = [node for node in expect.nodes if node.gpu_count > 0]
+        environment.write_hosts(self.hosts, manifest, [slurmd.probe_node(node) for node in gpu_nodes])
         # slurmd -G needs no controller: run the probes while slurmctld starts (2-core CI box).
         probes = []
-        for node in expect.nodes:
-            if node.gpu_count > 0:
-                probe = slurmd.start_probe(
-                    node, daemons=daemons, tmp=self.tmp, hosts=self.hosts, conf=copies.slurmd, env=self.env
-                )
-                self.started.append(probe.daemon)
-                probes.append(probe)
+        for node in gpu_nodes:
+            probe = slurmd.start_probe(
+                node, daemons=daemons, tmp=self.tmp, hosts=self.hosts, conf=copies.slurmd, env=self.env
+            )
+            self.started.append(probe.daemon)
+            probes.append(probe)
         ctld = Slurmctld(
             r, daemons, self.tmp, self.hosts, self.env, self.deadline, copies.accounting_off,
             manifest.config.block_sizes,

@@ -20,7 +20,7 @@ from clusterforge.check.report import CheckReport, GresDevice, ProblemKind
 from clusterforge.check.slurmctld import NS_READY, noise
 from clusterforge.render.manifest import ExpectNode
 
-__all__ = ["SLURMD_NOISE", "Probe", "fake_devices", "finish_probe", "parse_gres_line", "start_probe"]
+__all__ = ["SLURMD_NOISE", "Probe", "fake_devices", "finish_probe", "parse_gres_line", "probe_node", "start_probe"]
 
 SLURMD_NOISE: tuple[tuple[str, str], ...] = (
     (r"mpi/pmix|MPI: Cannot create context", "Debian's slurm-wlm cannot load libpmix"),
@@ -91,11 +91,16 @@ class Probe:
     t0: float
 
 
+def probe_node(node: ExpectNode) -> str:
+    """The node a GPU node line's ``slurmd -G`` runs as: its first."""
+    return compare.names(node.names)[0]
+
+
 def start_probe(
     node: ExpectNode, *, daemons: Daemons, tmp: Path, hosts: Path, conf: Path, env: Mapping[str, str]
 ) -> Probe:
     """``slurmd -G`` for the first node of a GPU node line, over a /dev with fakes."""
-    n = compare.names(node.names)[0]
+    n = probe_node(node)
     # One read-only overlay with the fakes on top of the real /dev: a single mount, and the
     # fakes stay invisible outside this mount namespace.
     devdir = fake_devices(tmp / f"dev-{n}", node)

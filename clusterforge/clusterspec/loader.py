@@ -34,12 +34,10 @@ class _LimitError(Exception):
         self.path, self.line, self.why, self.fix = path, mark.line + 1, why, fix
 
 
-class _SpecLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` with limits, so that hostile or broken files end in a message."""
+class _Limits:
+    """What both spec loaders add to PyYAML: limits, so that hostile or broken files end in a message."""
 
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._where: list[int | str] = []  # the field path of the node being composed
+    _where: list[int | str]  # the field path of the node being composed
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if parent is not None:
@@ -48,26 +46,58 @@ class _SpecLoader(yaml.SafeLoader):
             if len(self._where) > MAX_DEPTH:
                 raise _LimitError(
                     _path(tuple(self._where[:8])) + "...",
-                    self.peek_event().start_mark,  # type: ignore[no-untyped-call]
+                    self.peek_event().start_mark,  # type: ignore[attr-defined]
                     f"the values nest deeper than {MAX_DEPTH} levels (a cluster spec nests fewer than 10)",
                     "remove the extra brackets or indentation; `clusterforge schema` shows the structure",
                 )
-            return super().compose_node(parent, index)
+            return super().compose_node(parent, index)  # type: ignore[misc]
         finally:
             if parent is not None:
                 self._where.pop()
 
-    def construct_yaml_int(self, node: Any) -> int:
-        try:
-            return super().construct_yaml_int(node)
-        except ValueError:  # Python refuses int() of more than 4300 digits
-            raise _LimitError(
-                "(a number)", node.start_mark, f"the number {node.value[:20]}... has {len(node.value)} digits",
-                "write a number of realistic size (counts and sizes here have fewer than 20 digits)",
-            ) from None
 
 
-_SpecLoader.add_constructor("tag:yaml.org,2002:int", _SpecLoader.construct_yaml_int)
+def _construct_int(loader: Any, node: Any) -> int:
+    try:
+        return int(yaml.constructor.SafeConstructor.construct_yaml_int(loader, node))
+    except ValueError:  # Python refuses int() of more than 4300 digits
+        raise _LimitError(
+            "(a number)", node.start_mark, f"the number {node.value[:20]}... has {len(node.value)} digits",
+            "write a number of realistic size (counts and sizes here have fewer than 20 digits)",
+        ) from None
+
+
+class _SpecLoader(_Limits, yaml.SafeLoader):
+    """``yaml.SafeLoader`` with the limits: the reference, and the loader of every error message."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._where = []
+
+
+_SpecLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
+_CParser: Any
+try:  # libyaml's scanner and parser, when PyYAML was built with it
+    from yaml.cyaml import CParser as _CParser  # type: ignore[attr-defined]  # the stubs do not re-export it
+except ImportError:
+    _CParser = None
+if _CParser is not None:
+
+    class _CSpecLoader(_Limits, yaml.composer.Composer, _CParser,  # type: ignore[misc]  # _CParser: Any
+                       yaml.constructor.SafeConstructor, yaml.resolver.Resolver):
+        """libyaml scans and parses (the pure-Python scanner is most of a spec's load time); the
+        nodes are still composed here, one event at a time, so the depth limit and the field path
+        hold as in ``_SpecLoader`` (libyaml's own composer would recurse in C without a limit)."""
+
+        def __init__(self, stream: str) -> None:
+            _CParser.__init__(self, stream)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+            yaml.composer.Composer.__init__(self)
+            self._where = []
+
+    _CSpecLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def _expanded_size(node: yaml.Node) -> int:
@@ -91,6 +121,35 @@ def _expanded_size(node: yaml.Node) -> int:
         return sizes[id(n)]
 
     return size(node)
+
+
+def _load_with(loader: Any, where: Path) -> Any:
+    try:
+        node = loader.get_single_node()
+        if node is not None and _expanded_size(node) > MAX_VALUES:
+            raise SpecError(
+                f"{where}: the spec stands for more than {MAX_VALUES} values once its YAML aliases (*name) are "
+                "expanded; write the values out, or use fewer nested aliases"
+            )
+        return loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+
+
+def _load_yaml(text: str, where: Path) -> Any:
+    """The spec's data: through libyaml when PyYAML has it, else (and for every error) pure Python.
+
+    A file libyaml refuses is read again by ``_SpecLoader``, so the message is PyYAML's own, as it
+    always was. So is one with a character PyYAML's reader refuses, or a tab: there the two
+    disagree (libyaml reads ``n<TAB>ame: x`` as a key, PyYAML refuses it). libyaml also reads a
+    few other broken texts PyYAML refuses (``{v? endor: amd}``); their odd keys then fail the
+    schema with its message (tests/test_spec.py compares the two loaders)."""
+    if _CParser is None or "\t" in text or yaml.reader.Reader.NON_PRINTABLE.search(text):
+        return _load_with(_SpecLoader(text), where)
+    try:
+        return _load_with(_CSpecLoader(text), where)
+    except yaml.YAMLError:
+        return _load_with(_SpecLoader(text), where)
 
 
 def _path(loc: tuple[int | str, ...]) -> str:
@@ -192,17 +251,7 @@ def load_spec(path: str | Path) -> Cluster:
             f"cannot read spec file {str(p)!r}: {exc.strerror or exc}; pass the path of a readable cluster YAML file"
         ) from None
     try:
-        loader = _SpecLoader(text)
-        try:
-            node = loader.get_single_node()
-            if node is not None and _expanded_size(node) > MAX_VALUES:
-                raise SpecError(
-                    f"{p}: the spec stands for more than {MAX_VALUES} values once its YAML aliases (*name) are "
-                    "expanded; write the values out, or use fewer nested aliases"
-                )
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
+        data = _load_yaml(text, p)
     except _LimitError as exc:
         raise SpecError(f"{p}: {exc.path} (line {exc.line}): {exc.why}. Fix: {exc.fix}.") from None
     except yaml.YAMLError as exc:

@@ -6,6 +6,7 @@ Every rendered file is printed from these objects; no template derives a hardwar
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from clusterforge import hostlist
@@ -54,11 +55,14 @@ class NodeSet:
     # compute nodes of an Auto Scaling group: State=CLOUD, NodeAddr learnt from registration
     cloud: bool = False
 
-    @property
+    # Compressed once per node group (cached_property writes the instance dict, past the frozen
+    # __setattr__): slurm.conf, gres.conf, the topology basis, the manifest and the daemon host
+    # lists all print it, and compressing is linear in the group's nodes.
+    @cached_property
     def hostlist(self) -> str:
         return hostlist.compress(self.names)
 
-    @property
+    @cached_property
     def addr_hostlist(self) -> str | None:
         if self.addresses is None:
             return None

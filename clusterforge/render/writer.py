@@ -40,7 +40,6 @@ render goes on unlocked and leaves leftovers alone.)
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import fcntl
 import functools
@@ -94,6 +93,8 @@ def _tree_hash(tree: dict[str, bytes]) -> str:
 
 @functools.cache
 def _libc_renameat2() -> Any:
+    import ctypes  # only when a folder is replaced: a first write into a new one needs no exchange
+
     fn = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)  # glibc >= 2.28
     if fn is not None:
         fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
@@ -109,6 +110,8 @@ def _renameat2(a: Path, b: Path, flags: int) -> int:
         return errno.ENOSYS
     if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), flags) == 0:
         return 0
+    import ctypes
+
     return ctypes.get_errno()
 
 

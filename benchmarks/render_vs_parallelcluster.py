@@ -1,0 +1,352 @@
+"""`clusterforge render` against AWS ParallelCluster's own Slurm config generator, side by side.
+
+    python3 benchmarks/render_vs_parallelcluster.py [--pairs N] [--peer-repo DIR] [--scaling]
+
+The cluster: 2,048 p5.48xlarge (EFA, 8 H100 each) and 512 c7i.48xlarge, a controller and a login
+node; `examples/p5-training.yaml` with those two counts. The peer gets the same cluster as a
+ParallelCluster config (two queues, one compute resource each, static nodes) and the
+describe-instance-types records of the two types.
+
+The peer is `pcluster_slurm_config_generator.py` with its `config_renderer.py`, `config_utils.py`
+and templates from aws/aws-parallelcluster-cookbook (Apache-2.0) at the pinned commit PEER_COMMIT.
+They are not in this repository: the benchmark takes them at run time from a clone of that
+repository (``--peer-repo``, any clone or bare git folder that holds the commit; otherwise it
+clones it from GitHub), checks each file's sha256 against the pins below and keeps them, with the
+project's LICENSE.txt and NOTICE.txt, in a cache folder. It runs them unmodified; the one stub
+replaces ``_get_metadata`` (the head node's EC2 instance-metadata lookup of its own IP), which
+has no answer off EC2.
+
+Both run end to end as subprocesses of the same interpreter, from bytecode compiled first (what
+`pip install` leaves), into a fresh output folder each run, in pairs whose order alternates. The
+figures: median wall time of each, the median of the per-pair ratios, and peak RSS (the child's
+``ru_maxrss`` from ``wait4``). ``--scaling`` adds a table of in-process resolve + render time for
+2k-65k nodes in 4-256 node groups: it grows with groups, not nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PEER_URL = "https://github.com/aws/aws-parallelcluster-cookbook"
+PEER_COMMIT = "f75d84c38ecfac1891e5f3e8fe2d424cc3e7448d"  # develop, 2024-10-21
+_SLURM = "cookbooks/aws-parallelcluster-slurm/files/default/head_node_slurm/slurm"
+#: repository path -> sha256 of the file at PEER_COMMIT
+PEER_FILES = {
+    "LICENSE.txt": "58d1e17ffe5109a7ae296caafcadfdbe6a7d176f0bc4ab01e12a689b0499d8bd",
+    "NOTICE.txt": "5109eed81b658231012d8164429bf560ecb2323e984782fb4507faab1379c35f",
+    f"{_SLURM}/pcluster_slurm_config_generator.py": "1cde8bb15c60b7f5f01f0f0ec9aee1d76749334c3c7381b92f166354e7616a3d",
+    f"{_SLURM}/config_renderer.py": "e9728a83cb74f0d8bbf63a49ebb9e94c29a99789b154001a641f535c2f1ee399",
+    f"{_SLURM}/config_utils.py": "72f07e8da6af416457277bc9001f77af5e711e3b9c0d32d537a26666fe9d1e1e",
+    f"{_SLURM}/templates/slurm_parallelcluster.conf": "2cef47256103157d2a01ba115ee65899c75e843fd5864de0724d994d2387dc17",
+    f"{_SLURM}/templates/slurm_parallelcluster_gres.conf": "37fb827d99897926fc75bb57bbd516c9b2cd06709153bf392f27d76c0b9ccf30",
+    f"{_SLURM}/templates/slurm_parallelcluster_cgroup.conf": "c6676b33084d409f0956701206e0385ec31f769be6494666940aa54e7106ddd7",
+    f"{_SLURM}/templates/slurm_parallelcluster_slurmdbd.conf": "bebe52288b5e6d43bc2e1a6bcc02a332c6d91aa4643d14ed1ea235064975150d",
+}
+
+GPU_NODES, CPU_NODES = 2048, 512
+
+# The one stub: the head node's own private IP comes from EC2 instance metadata, which has no
+# answer here. Everything else (argument parsing, YAML, Jinja, the renderers, the writes) is the
+# generator's own code.
+PEER_MAIN = """
+import sys
+sys.path.insert(0, {dir!r})
+import pcluster_slurm_config_generator as g
+g._get_metadata = lambda path: "10.20.0.10"
+g.main()
+"""
+OURS_MAIN = "import sys; from clusterforge.cli import main; sys.exit(main())"
+
+
+def cache_dir() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "clusterforge" / "bench" / f"parallelcluster-cookbook-{PEER_COMMIT[:12]}"
+
+
+def _peer_complete(d: Path) -> bool:
+    return all(
+        (d / p).is_file() and hashlib.sha256((d / p).read_bytes()).hexdigest() == h for p, h in PEER_FILES.items()
+    )
+
+
+def materialise_peer(repo: Path | None) -> Path:
+    """The pinned peer files in the cache folder (taken from ``repo``, or cloned), checked by sha256."""
+    d = cache_dir()
+    if _peer_complete(d):
+        return d
+    with tempfile.TemporaryDirectory() as tmp:
+        if repo is None:
+            repo = Path(tmp) / "clone"
+            print(f"peer: cloning {PEER_URL} (once; --peer-repo DIR takes a local clone)", file=sys.stderr)
+            subprocess.run(["git", "clone", "-q", "--filter=blob:none", "--no-checkout", PEER_URL, str(repo)],
+                           check=True)
+        staged = Path(tmp) / "peer"
+        for p, want in PEER_FILES.items():
+            blob = subprocess.run(["git", "-C", str(repo), "show", f"{PEER_COMMIT}:{p}"], check=True,
+                                  capture_output=True).stdout
+            got = hashlib.sha256(blob).hexdigest()
+            if got != want:
+                raise SystemExit(f"peer file {p} at {PEER_COMMIT[:12]} has sha256 {got}, the pin says {want}")
+            (staged / p).parent.mkdir(parents=True, exist_ok=True)
+            (staged / p).write_bytes(blob)
+        if d.exists():
+            shutil.rmtree(d)
+        d.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(staged), d)
+    return d
+
+
+def our_spec() -> str:
+    spec = yaml.safe_load((ROOT / "examples" / "p5-training.yaml").read_text())
+    counts = {"gpu": GPU_NODES, "cpu": CPU_NODES}
+    for g in spec["node_groups"]:
+        if g["name"] in counts:
+            g["cloud"]["count"] = counts[g["name"]]
+    return yaml.safe_dump(spec, sort_keys=False)
+
+
+def peer_config() -> str:
+    """The same cluster as ParallelCluster 3 writes it for the head node (defaults filled in)."""
+
+    def resource(name: str, itype: str, count: int, efa: bool) -> dict[str, Any]:
+        return {
+            "Name": name, "InstanceType": itype, "MinCount": count, "MaxCount": count,
+            "DisableSimultaneousMultithreading": False, "SchedulableMemory": None, "SpotPrice": None,
+            "Efa": {"Enabled": efa, "GdrSupport": efa}, "StaticNodePriority": 1, "DynamicNodePriority": 1000,
+            "CapacityReservationTarget": None, "Networking": {"PlacementGroup": {"Enabled": False}},
+        }
+
+    def queue(name: str, res: dict[str, Any], exclusive: bool) -> dict[str, Any]:
+        return {
+            "Name": name, "CapacityType": "ONDEMAND", "AllocationStrategy": "lowest-price",
+            "JobExclusiveAllocation": exclusive, "ComputeSettings": {"LocalStorage": {"RootVolume": {"Size": 500}}},
+            "Networking": {"SubnetIds": ["subnet-0123456789abcdef1"], "AssignPublicIp": False},
+            "Iam": {"AdditionalIamPolicies": [], "InstanceRole": None, "S3Access": None},
+            "CustomActions": None, "CustomSlurmSettings": {}, "ComputeResources": [res],
+        }
+
+    cfg = {
+        "Region": "us-east-1",
+        "Image": {"Os": "ubuntu2404"},
+        "HeadNode": {
+            "InstanceType": "m7i.4xlarge",
+            "Networking": {"SubnetId": "subnet-0123456789abcdef0"},
+            "LocalStorage": {"RootVolume": {"Size": 200}},
+        },
+        "LoginNodes": {"Pools": [{"Name": "login", "InstanceType": "m7i.2xlarge", "Count": 1,
+                                  "Networking": {"SubnetIds": ["subnet-0123456789abcdef2"]}}]},
+        "Scheduling": {
+            "Scheduler": "slurm",
+            "SlurmSettings": {
+                "ScaledownIdletime": 10, "QueueUpdateStrategy": "COMPUTE_FLEET_STOP",
+                "EnableMemoryBasedScheduling": True, "CustomSlurmSettings": [],
+                "Database": {"Uri": "localhost:3306", "UserName": "slurm", "DatabaseName": None},
+            },
+            "SlurmQueues": [
+                queue("gpu", resource("p5", "p5.48xlarge", GPU_NODES, True), True),
+                queue("cpu", resource("c7i", "c7i.48xlarge", CPU_NODES, False), False),
+            ],
+        },
+        "SharedStorage": [
+            {"Name": "fsx", "StorageType": "FsxLustre", "MountDir": "/fsx",
+             "FsxLustreSettings": {"StorageCapacity": 24000, "PerUnitStorageThroughput": 250,
+                                   "ImportPath": "s3://p5-training-datasets/corpus"}},
+            {"Name": "home", "StorageType": "Efs", "MountDir": "/home"},
+        ],
+    }
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
+def instance_types() -> str:
+    """describe-instance-types records of the two types (the fields the generator reads)."""
+
+    def rec(itype: str, vcpus: int, mib: int, gpus: list[dict[str, Any]] | None, efa: bool) -> dict[str, Any]:
+        r: dict[str, Any] = {
+            "InstanceType": itype, "ProcessorInfo": {"SupportedArchitectures": ["x86_64"]},
+            "VCpuInfo": {"DefaultVCpus": vcpus, "DefaultCores": vcpus // 2, "DefaultThreadsPerCore": 2},
+            "MemoryInfo": {"SizeInMiB": mib}, "NetworkInfo": {"EfaSupported": efa},
+        }
+        if gpus:
+            r["GpuInfo"] = {"Gpus": gpus, "TotalGpuMemoryInMiB": sum(g["Count"] * g["MemoryInfo"]["SizeInMiB"]
+                                                                      for g in gpus)}
+        return r
+
+    h100 = [{"Name": "H100", "Manufacturer": "NVIDIA", "Count": 8, "MemoryInfo": {"SizeInMiB": 81920}}]
+    return json.dumps({
+        "p5.48xlarge": rec("p5.48xlarge", 192, 2097152, h100, True),
+        "c7i.48xlarge": rec("c7i.48xlarge", 192, 393216, None, False),
+        "m7i.4xlarge": rec("m7i.4xlarge", 16, 65536, None, False),
+    })
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB) of one child, which must succeed."""
+    t = time.perf_counter()
+    p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert p.stderr is not None
+    err = p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise SystemExit(f"{argv[3:] or argv} failed ({p.returncode}):\n{err.decode(errors='replace')[-2000:]}")
+    return wall, ru.ru_maxrss
+
+
+def side_by_side(pairs: int, peer: Path) -> dict[str, Any]:
+    gen = peer / _SLURM
+    compileall.compile_dir(ROOT / "clusterforge", quiet=1)
+    compileall.compile_dir(gen, quiet=1, maxlevels=0)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(ROOT)  # this checkout's clusterforge, whatever is installed
+    with tempfile.TemporaryDirectory(prefix="cf-bench-") as tmp:
+        t = Path(tmp)
+        (t / "spec.yaml").write_text(our_spec())
+        (t / "cluster-config.yaml").write_text(peer_config())
+        (t / "instance-types.json").write_text(instance_types())
+        ours = [sys.executable, "-c", OURS_MAIN, "render", str(t / "spec.yaml"), "--out", str(t / "ours")]
+        theirs = [sys.executable, "-c", PEER_MAIN.format(dir=str(gen)),
+                  "--output-directory", str(t / "peer"), "--template-directory", str(gen / "templates"),
+                  "--input-file", str(t / "cluster-config.yaml"), "--instance-types-data",
+                  str(t / "instance-types.json"), "--realmemory-to-ec2memory-ratio", "0.95",
+                  "--slurmdbd-user", "slurm", "--cluster-name", "p5-training"]
+
+        def once(which: str) -> tuple[float, int]:
+            out = t / which
+            shutil.rmtree(out, ignore_errors=True)
+            return _run(ours if which == "ours" else theirs, ROOT, env)
+
+        once("ours"), once("peer")  # warm the page cache; not counted
+        load_before = os.getloadavg()[0]
+        runs: dict[str, list[tuple[float, int]]] = {"ours": [], "peer": []}
+        for i in range(pairs):
+            for which in (("ours", "peer") if i % 2 == 0 else ("peer", "ours")):
+                runs[which].append(once(which))
+        load_after = os.getloadavg()[0]
+        peer_nodes = (t / "peer" / "pcluster" / "slurm_parallelcluster_gpu_partition.conf").read_text()
+        ours_conf = (t / "ours" / "slurm" / "slurm.conf").read_text()
+    wall = {k: statistics.median(w for w, _ in v) for k, v in runs.items()}
+    rss = {k: max(r for _, r in v) for k, v in runs.items()}
+    ratios = [o[0] / p[0] for o, p in zip(runs["ours"], runs["peer"], strict=True)]
+    return {
+        "pairs": pairs,
+        "wall_s": wall,
+        "wall_ratio_median": statistics.median(ratios),
+        "peak_rss_mib": {k: v / 1024 for k, v in rss.items()},
+        "rss_ratio": rss["ours"] / rss["peer"],
+        "load_1m": [load_before, load_after],
+        "ours_nodename_lines": sum(1 for ln in ours_conf.splitlines() if ln.startswith("NodeName=")),
+        "peer_nodename_lines": sum(1 for ln in peer_nodes.splitlines() if ln.startswith("NodeName=")),
+    }
+
+
+def scaling_spec(nodes: int, groups: int) -> dict[str, Any]:
+    """``nodes`` compute nodes in ``groups`` groups, alternately p5.48xlarge (EFA) and c7i.48xlarge."""
+    per = nodes // groups
+    node_groups: list[dict[str, Any]] = [
+        {"name": "head", "role": "controller", "cloud": {"instance_type": "m7i.4xlarge", "count": 1,
+                                                         "subnet": "private-a"}},
+    ]
+    for i in range(groups):
+        gpu = i % 2 == 0
+        node_groups.append({
+            "name": f"{'gpu' if gpu else 'cpu'}{i:03d}",
+            "cloud": {"instance_type": "p5.48xlarge" if gpu else "c7i.48xlarge", "count": per,
+                      "subnet": "private-a", "efa": gpu},
+            "features": ["h100"] if gpu else ["cpu"],
+        })
+    return {
+        "name": f"scale-{nodes}-{groups}",
+        "slurm": {"version": "24.05"},
+        "aws": {"region": "us-east-1", "vpc_cidr": "10.0.0.0/16",
+                "subnets": [{"name": "public-a", "cidr": "10.0.0.0/24", "availability_zone": "us-east-1a",
+                             "public": True},
+                            {"name": "private-a", "cidr": "10.0.128.0/17", "availability_zone": "us-east-1a"}]},
+        "node_groups": node_groups,
+        "partitions": [
+            {"name": "gpu", "node_groups": [g["name"] for g in node_groups[1::2]], "default": True},
+            {"name": "cpu", "node_groups": [g["name"] for g in node_groups[2::2]] or [node_groups[1]["name"]]},
+        ],
+    }
+
+
+def scaling(repeat: int) -> list[dict[str, Any]]:
+    sys.path.insert(0, str(ROOT))
+    from clusterforge.clusterspec.models import Cluster
+    from clusterforge.render import render
+    from clusterforge.resolve import resolve
+
+    rows = []
+    for nodes in (2048, 8192, 32768, 65536):
+        for groups in (4, 16, 64, 256):
+            cluster = Cluster.model_validate(scaling_spec(nodes, groups))
+            best = float("inf")
+            for _ in range(repeat):
+                t = time.perf_counter()
+                result = render(resolve(cluster, base_dir=ROOT))
+                best = min(best, time.perf_counter() - t)
+            conf = result.files["slurm/slurm.conf"].content
+            rows.append({"nodes": nodes, "groups": groups, "render_ms": best * 1000,
+                         "slurm_conf_lines": len(conf.splitlines()), "files": len(result.files)})
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", type=int, default=11, help="paired runs (default 11)")
+    ap.add_argument("--peer-repo", type=Path, help="a clone (or bare git folder) of aws-parallelcluster-cookbook")
+    ap.add_argument("--scaling", action="store_true", help="also the 2k-65k nodes x 4-256 groups table")
+    ap.add_argument("--scaling-only", action="store_true", help="only the scaling table")
+    ap.add_argument("--repeat", type=int, default=3, help="scaling: best of N renders per cell")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = ap.parse_args()
+    figures: dict[str, Any] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    if not args.scaling_only:
+        figures["side_by_side"] = side_by_side(args.pairs, materialise_peer(args.peer_repo))
+    if args.scaling or args.scaling_only:
+        figures["scaling"] = scaling(args.repeat)
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return 0
+    s = figures.get("side_by_side")
+    if s:
+        print(f"cluster: {GPU_NODES} x p5.48xlarge + {CPU_NODES} x c7i.48xlarge (+ controller, login); "
+              f"{s['pairs']} paired runs, end to end, median")
+        print(f"  clusterforge render              {s['wall_s']['ours']:.3f} s   peak RSS "
+              f"{s['peak_rss_mib']['ours']:.1f} MiB   ({s['ours_nodename_lines']} NodeName lines)")
+        print(f"  pcluster_slurm_config_generator  {s['wall_s']['peer']:.3f} s   peak RSS "
+              f"{s['peak_rss_mib']['peer']:.1f} MiB   ({s['peer_nodename_lines']} NodeName lines, "
+              f"{PEER_COMMIT[:12]})")
+        print(f"  ratio (ours / peer): wall {s['wall_ratio_median']:.2f} (median of pairs), "
+              f"peak RSS {s['rss_ratio']:.2f}")
+        print(f"  machine: {figures['cpus']} CPUs, Python {figures['python']}, load average "
+              f"{s['load_1m'][0]:.2f} before, {s['load_1m'][1]:.2f} after")
+    if "scaling" in figures:
+        print(f"resolve + render in process (best of {args.repeat}): ms, slurm.conf lines")
+        groups = sorted({r["groups"] for r in figures["scaling"]})
+        print("  nodes  " + "".join(f"{g:>8d} groups" for g in groups))
+        for nodes in sorted({r["nodes"] for r in figures["scaling"]}):
+            cells = {r["groups"]: r for r in figures["scaling"] if r["nodes"] == nodes}
+            print(f"  {nodes:5d}  " + "".join(f"{cells[g]['render_ms']:7.0f} ms {cells[g]['slurm_conf_lines']:4d}"
+                                              for g in groups))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

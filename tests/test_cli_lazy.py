@@ -1,0 +1,85 @@
+"""The CLI builds and imports only what the verb it runs needs, and says the same as the whole CLI.
+
+``cli._app_for`` hands typer the named verb alone (typer builds a click command from every
+registered function when it starts); each verb imports its modules when it runs. Neither may
+change a word of help, usage or error text, and no verb may import another verb's modules.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from clusterforge import cli
+
+from .conftest import EXAMPLES, ROOT
+
+
+def _run(argv: list[str], *, whole_tree: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    buf = io.StringIO()
+    with monkeypatch.context() as m:
+        m.setattr(sys, "argv", ["clusterforge", *argv])
+        m.setenv("COLUMNS", "100")
+        if whole_tree:
+            m.setattr(cli, "_app_for", lambda _argv: cli.app)
+        with redirect_stdout(buf), redirect_stderr(buf):
+            try:
+                cli.main()
+                code = 0
+            except SystemExit as exc:
+                code = int(exc.code or 0)
+    return code, buf.getvalue()
+
+
+def _verbs() -> list[list[str]]:
+    out: list[list[str]] = [[c.name] for c in cli.app.registered_commands if c.name]
+    for g in cli.app.registered_groups:
+        assert g.name and g.typer_instance
+        out.append([g.name])
+        out += [[g.name, c.name] for c in g.typer_instance.registered_commands if c.name]
+    return out
+
+
+ARGVS = [
+    *([*v, "--help"] for v in _verbs()),
+    *([*v, "--no-such-option"] for v in _verbs()),
+    ["render"], ["render", str(EXAMPLES / "p5-training.yaml")], ["render", "--out"],
+    ["validate", str(EXAMPLES / "p5-training.yaml"), "--fail-on", "info"],
+    ["local"], ["local", "nosuch"], ["nosuch"], ["rendr"], [], ["--help"],
+]
+
+
+@pytest.mark.parametrize("argv", ARGVS, ids=lambda a: " ".join(a) or "(nothing)")
+def test_one_verb_tree_says_what_the_whole_tree_says(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _run(argv, whole_tree=False, monkeypatch=monkeypatch) == _run(argv, whole_tree=True,
+                                                                        monkeypatch=monkeypatch)
+
+
+def test_one_verb_tree_holds_that_verb_alone() -> None:
+    names = [c.name for c in cli._app_for(["render", "x"]).registered_commands]
+    assert names == ["render", "_"] and cli._app_for(["nosuch"]) is cli.app
+    assert [g.name for g in cli._app_for(["local", "up"]).registered_groups] == ["local"]
+
+
+# modules of other verbs, and heavy libraries only they use
+NOT_FOR_RENDER = ("pulumi", "pulumi_aws", "boto3", "botocore", "ansible_runner", "clusterforge.plan",
+                  "clusterforge.diff", "clusterforge.check", "clusterforge.local", "clusterforge.inventory",
+                  "clusterforge.configure", "clusterforge.nccl_verdict")
+
+
+def test_render_imports_no_other_verbs_modules(tmp_path: Path) -> None:
+    res = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "from clusterforge.cli import main; main()",
+         "render", str(EXAMPLES / "p5-training.yaml"), "--out", str(tmp_path / "out")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
+    assert "clusterforge.render" in imported  # the listing is read right
+    loaded = sorted(m for m in imported if m.split(".")[0] in NOT_FOR_RENDER or m.startswith(NOT_FOR_RENDER))
+    assert loaded == []
