@@ -275,6 +275,10 @@ CASES: dict[str, tuple[Any, ...]] = {
         None, None, lambda m: _bump(m, "env/gpu.sh"), ["env/gpu.sh"], {"none"}, ["no daemon action"],
         {"ctl": [], "gpu-001": [], "cpu-001": []},
     ),
+    "jobs": (
+        None, None, lambda m: _bump(m, "jobs/env.sh"), ["jobs/env.sh"], {"none"}, ["no daemon action"],
+        {"ctl": [], "gpu-001": [], "cpu-001": []},
+    ),
     "health": (
         None, None, lambda m: _bump(m, "health/gpu.sh"), ["health/gpu.sh"], {"none"}, ["no daemon action"],
         {"ctl": [], "gpu-001": [], "cpu-001": []},
@@ -849,6 +853,7 @@ def test_the_role_notifies_the_handlers_the_policy_names(tmp_path: Path) -> None
         texts = {name: f.content for name, f in result.files.items()}
         for h in hosts:
             (tmp_path / h / "root" / "usr" / "local" / "sbin").mkdir(parents=True, exist_ok=True)  # health script
+            (tmp_path / h / "root" / "etc" / "profile.d").mkdir(parents=True, exist_ok=True)  # job environment
             _install_render(result.manifest(), texts, tmp_path / h / "render", tmp_path / h / "root", user)
         log.unlink(missing_ok=True)
         p = subprocess.run(["ansible-playbook", "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")],
@@ -927,6 +932,7 @@ def test_the_role_refuses_an_installed_file_the_manifest_did_not_hash(tmp_path: 
     def write(spec: dict[str, Any]) -> None:
         result = render_cluster(parse_spec(spec, "test"), base_dir=EXAMPLES)
         (root / "usr" / "local" / "sbin").mkdir(parents=True, exist_ok=True)  # the health script's folder
+        (root / "etc" / "profile.d").mkdir(parents=True, exist_ok=True)  # the job environment's folder
         _install_render(result.manifest(), {n: f.content for n, f in result.files.items()}, render, root, user)
 
     def run(*extra: str) -> tuple[int, int, str]:
