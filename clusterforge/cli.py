@@ -464,6 +464,11 @@ def local_up_cmd(
     check: Annotated[bool, typer.Option("--check", help="create the nodes, run the playbook in check mode")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="show what each changed file becomes")] = False,
     nodes_only: Annotated[bool, typer.Option("--nodes-only", help="create the nodes, do not run the playbook")] = False,
+    torch: Annotated[
+        bool,
+        typer.Option("--torch", help="PyTorch on every node: a read-only layer of the node rootfs, built once "
+                     "(clusterforge/local/torch.sh; the first build downloads about 3 GB)"),
+    ] = False,
 ) -> None:
     """Create the nodes (each its own namespace, hostname, rootfs, /dev) and run playbooks/site.yml on them."""
     from clusterforge.configure import TextProgress
@@ -475,6 +480,7 @@ def local_up_cmd(
         net=net,
         os_name=os_name,
         boot=boot,
+        torch=torch,
         configure=not nodes_only,
         check=check,
         diff=diff,

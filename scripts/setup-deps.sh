@@ -4,9 +4,22 @@
 # and gnupg for the local cluster's rootfs and apt repository, and the Python packages pinned in
 # requirements-ci.txt, promtool and amtool. Safe to run again: each step is
 # skipped when already satisfied.
+#
+#   scripts/setup-deps.sh --local-torch   only this: PyTorch for the local cluster's nodes, once
+#     (the Debian 13 node rootfs, then its PyTorch layer: clusterforge/local/torch.sh; about
+#     4-5 minutes and 4.6 GB the first time, nothing after). CI runs it after the main setup:
+#     the local end-to-end test's torchrun job needs it (`clusterforge local up --torch`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then echo "setup-deps: run as root (apt-get, network namespaces)" >&2; exit 2; fi
+if [ "${1:-}" = --local-torch ]; then
+  start=$(date +%s)
+  # the rootfs first (~1 min; the local cluster would build it anyway), then the layer over it
+  rootfs=$(timeout 600 clusterforge/local/rootfs.sh "" trixie node)
+  layer=$(timeout 900 clusterforge/local/torch.sh "$rootfs")
+  echo "setup-deps: PyTorch layer $layer ($(du -sh "$layer" | cut -f1), $(( $(date +%s) - start )) s)"
+  exit 0
+fi
 export DEBIAN_FRONTEND=noninteractive
 APT_PKGS="slurmctld slurmd slurm-client munge debootstrap dpkg-dev apt-utils gnupg iproute2 procps bc util-linux openssh-client shellcheck systemd-container iptables"
 missing=""

@@ -187,7 +187,11 @@ def test_each_spec_mount_is_watched_on_compute_nodes(tmp_path: Path) -> None:
     got = rules((EXAMPLES / "p5-training.yaml").read_text(), tmp_path)["SharedStorageNotMounted"]
     assert sorted(r["labels"]["mountpoint"] for r in got) == ["/fsx", "/home"]
     assert all('node_group=~"cpu|gpu"' in r["expr"] for r in got)  # not head or login
-    assert "SharedStorageNotMounted" not in rules((EXAMPLES / "local.yaml").read_text(), tmp_path)
+    local = rules((EXAMPLES / "local.yaml").read_text(), tmp_path)["SharedStorageNotMounted"]
+    assert [r["labels"]["mountpoint"] for r in local] == ["/shared"]
+    bare = yaml.safe_load((EXAMPLES / "local.yaml").read_text())
+    del bare["storage"]  # a spec without shared storage watches no mount
+    assert "SharedStorageNotMounted" not in rules(yaml.safe_dump(bare), tmp_path)
 
 
 def test_rules_follow_the_monitoring_section(tmp_path: Path) -> None:

@@ -11,8 +11,10 @@ machine need two). The production ``playbooks/site.yml``
 runs on the fresh nodes in check mode first, then for real, and a third time at the end, when it
 must change nothing. In between: daemons, GRES registration, jobs across nodes, accounting, the
 NCCL job environment, the faults of the issue (slurmd killed, health check failing,
-slurmctld restarted) and monitoring (Prometheus scrapes every node; a stopped exporter alerts, and
-the alert reaches a webhook receiver through Alertmanager). ``down`` must leave no process, namespace, mount or cgroup folder behind.
+slurmctld restarted), monitoring (Prometheus scrapes every node; a stopped exporter alerts, and
+the alert reaches a webhook receiver through Alertmanager), a layout change rolled out under a
+running job, and a torchrun job that is pre-empted, requeued and resumes from its checkpoint.
+``down`` must leave no process, namespace, mount or cgroup folder behind.
 
 Every wait is bounded; the module fixture tears the cluster down even when a step fails.
 """
@@ -40,6 +42,10 @@ SPEC = ROOT / "examples" / "local.yaml"
 NET = os.environ.get("CLUSTERFORGE_LOCAL_TEST_NET", "10.81.0.0/24")  # not the demo's 10.79.0.0/24
 CRASH_NET = os.environ.get("CLUSTERFORGE_LOCAL_TEST_CRASH_NET", "10.83.0.0/24")
 BOOT = os.environ.get("CLUSTERFORGE_LOCAL_TEST_BOOT", "systemd")
+# PyTorch on the nodes (`local up --torch`: a read-only rootfs layer, built once per machine and
+# cached; scripts/setup-deps.sh --local-torch builds it for CI); 0 leaves it out and skips the
+# torchrun job
+TORCH = os.environ.get("CLUSTERFORGE_LOCAL_TEST_TORCH", "1") != "0"
 NODES = ["ctl", "login", "gpu-001", "gpu-002", "cpu-001", "cpu-002"]
 CLI = [sys.executable, "-c", "from clusterforge.cli import main; main()"]  # the `clusterforge` command
 
@@ -66,7 +72,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
     r.state = state
     r.check_lines, r.first_lines = [], []
     try:
-        up = lc.up(SPEC, net=NET, boot=BOOT, configure=False)
+        up = lc.up(SPEC, net=NET, boot=BOOT, torch=TORCH, configure=False)
         r.seconds = dict(up.seconds)
         r.check = lc.configure(check=True, diff=True, progress=TextProgress(r.check_lines.append))
         print(f"\ncheck mode on fresh nodes: rc={r.check.rc} {r.check.duration_s:.1f} s")
@@ -308,6 +314,74 @@ def test_accounting_records_jobs(cluster: tuple[LocalCluster, Runs]) -> None:
     assert "local" in sh(lc, "login", "sacctmgr -n -P show cluster format=cluster")
     sh(lc, "login", "srun -N1 -p cpu true")
     wait_for("a COMPLETED job in sacct", lambda: "COMPLETED" in sh(lc, "login", "sacct -n -X -a -P -o JobID,State"), 60)
+
+
+def test_torchrun_job_checkpoints_on_preemption_and_resumes_after_requeue(cluster: tuple[LocalCluster, Runs]) -> None:
+    """examples/jobs/torchrun.sbatch with examples/jobs/train.py on the two CPU nodes: torchrun
+    with one worker per node, gloo, a c10d rendezvous on the first node, checkpoints on the spec's
+    checkpoint storage (/shared). Half-way it gets what a spot interruption sends it:
+    clusterforge-node-agent reads the script's ``--signal=B:USR1@...`` and runs ``scancel --batch
+    --signal=USR1`` (Slurm itself sends the same signal at the time limit, and at pre-emption with
+    PreemptParameters=send_user_signal). The job must checkpoint, requeue itself, run again
+    (SLURM_RESTART_COUNT=1) and go on from the step after its checkpoint: no restart from step 1,
+    no step run twice. Periodic checkpoints are off (--ckpt-every past the end), so the only
+    checkpoint to resume from is the one the signal made."""
+    lc, _ = cluster
+    if lc.layout().torch is None:
+        pytest.skip("CLUSTERFORGE_LOCAL_TEST_TORCH=0: the nodes have no PyTorch")
+    assert sh(lc, "cpu-001", "cat /etc/profile.d/clusterforge-jobs.sh").count('CLUSTERFORGE_CHECKPOINT_DIR="/shared"') == 1
+    work, steps = "/shared/torchrun-e2e", 60
+    sh(lc, "login", f"rm -rf {work} && mkdir -p {work}")
+    p = subprocess.run(lc.exec_argv("login", ["bash", "-c", f"cat > {work}/train.py"]),
+                       input=(ROOT / "examples" / "jobs" / "train.py").read_text(), capture_output=True, text=True,
+                       timeout=60, check=False)
+    assert p.returncode == 0, p.stderr
+    # the template asks for the gpu partition with 8 GPUs a node; the command line moves it to the
+    # CPU nodes (one torchrun agent per node, one gloo worker each)
+    submit = (f"cd {work} && TRAIN_SCRIPT={work}/train.py TRAIN_ARGS='--steps {steps} --ckpt-every 1000 "
+              "--step-seconds 1' sbatch --parsable -p cpu --gpus-per-node=0 -N2 --time=00:30:00")
+    p = subprocess.run(lc.exec_argv("login", ["bash", "-lc", submit]),
+                       input=(ROOT / "examples" / "jobs" / "torchrun.sbatch").read_text(), capture_output=True,
+                       text=True, timeout=60, check=False)
+    assert p.returncode == 0, p.stderr
+    job = p.stdout.strip()
+    logf = f"{work}/torchrun-{job}.log"
+
+    def log() -> str:
+        return lc.on("login", f"cat {logf} 2>/dev/null || true").stdout
+
+    def job_info() -> str:
+        return sh(lc, "login", f"scontrol show job {job} -o")
+
+    def trained(restart: int) -> list[int]:
+        return [int(m.group(1)) for m in re.finditer(rf"^train: restart={restart} step=(\d+) ", log(), re.M)]
+
+    try:
+        # starting PyTorch on two nodes of a busy 2-core machine takes a while: bounded waits
+        wait_for("5 training steps", lambda: len(trained(0)) >= 5, 420, every=3)
+        assert "JobState=RUNNING" in job_info()
+        sh(lc, "login", f"scancel --batch --signal=USR1 {job}")
+        saved = wait_for("the checkpoint the signal asks for", lambda: re.search(
+            r"^train: checkpoint step=(\d+) \(signal\)$", log(), re.M), 180, every=2)
+        ckpt = int(saved.group(1))
+        info = wait_for(f"job {job} requeued by its batch script", lambda: (
+            lambda o: o if re.search(r"\bRestarts=1\b", o) else None)(job_info()), 120)
+        info = wait_for(f"job {job} completed after its requeue", lambda: (
+            lambda o: o if "JobState=COMPLETED" in o else None)(job_info()), 600, every=3)
+    finally:
+        lc.on("login", f"scancel {job}")
+    text = log()
+    assert "Restarts=1" in info, info
+    first, second = trained(0), trained(1)
+    # the first run stopped at the step it checkpointed; the second began right after it
+    assert first == list(range(1, ckpt + 1)) and ckpt < steps, (ckpt, first, text)
+    assert second == list(range(ckpt + 1, steps + 1)), (ckpt, second, text)
+    assert f"train: resumed from step {ckpt} (restart=1)" in text, text
+    assert f"train: checkpoint step={steps} (final)" in text, text
+    assert "torchrun.sbatch: SIGUSR1: checkpoint, then requeue" in text, text
+    assert len(re.findall(r"^train: backend=gloo world=2 ", text, re.M)) == 2, text  # both runs: 2 nodes
+    assert re.search(rf"torchrun.sbatch: job {job} restart 1: 2 nodes x 1, rendezvous cpu-00[12]:29500, "
+                     rf"checkpoints in /shared/root/torchrun-{job}$", text, re.M), text
 
 
 # --------------------------------------------------------------------------------- faults

@@ -126,3 +126,26 @@ def test_the_aws_flavour_keeps_chroot_instances() -> None:
     assert (lay.boot, lay.suite) == ("chroot", "bookworm")
     assert local_vars(lay.net, lay.boot)["clusterforge_service_manager"] == "direct"
     assert plan_layout(EXAMPLES / "local.yaml").boot == "systemd"  # on-prem nodes boot systemd by default
+
+
+def test_shared_storage_is_a_bound_folder_and_torch_a_layer_only_when_asked() -> None:
+    """examples/local.yaml's NFS entry becomes a folder bound at its mount on every node (this
+    kernel has no NFS client) and the layout says so; PyTorch is stacked only with --torch."""
+    layout = plan_layout(EXAMPLES / "local.yaml")
+    assert layout.shared == {"shared": "/shared"}
+    assert any(o.startswith("storage shared (nfs) at /shared: a folder of this machine (STATE/storage/shared)")
+               for o in layout.overrides), layout.overrides
+    assert layout.torch is None and not any("PyTorch" in o for o in layout.overrides)
+    with_torch = plan_layout(EXAMPLES / "local.yaml", torch="2.13.0")
+    assert with_torch.torch == "2.13.0"
+    assert any(o.startswith("PyTorch 2.13.0: a read-only layer") for o in with_torch.overrides)
+    assert plan_layout(EXAMPLES / "local-roles.yaml").shared == {}  # no storage: nothing bound
+
+
+def test_the_torch_flag_is_refused_for_the_aws_flavour(tmp_path: Path) -> None:
+    from clusterforge.local import missing_prerequisites
+
+    if missing_prerequisites():
+        pytest.skip(f"up checks its prerequisites first: {missing_prerequisites()}")
+    with pytest.raises(LocalError, match="--torch applies to on-prem specs only"):
+        LocalCluster(tmp_path / "state").up(EXAMPLES / "local-aws.yaml", torch=True, configure=False)

@@ -331,7 +331,11 @@ CASES: list[tuple[str, str, Mut, Level]] = [
         ec2_instances="p5-training.yaml"), Level.ERROR),
     ("p5-training.yaml", "empty-block", lambda d: d.setdefault("topology", {}).update(plugin="block"), Level.ERROR),
     ("onprem-dgx.yaml", "topology-yaml", lambda d: d["slurm"].update(version="25.05"), Level.INFO),
-    ("onprem-dgx.yaml", "checkpoints-on-nfs", lambda d: d["storage"][0].update(purpose=["home", "checkpoints"]), Level.WARNING),
+    ("onprem-dgx.yaml", "checkpoints-on-nfs", lambda d: (d["storage"][0].update(purpose=["home", "checkpoints"]),
+                                                         d["storage"][1].update(purpose=["datasets"])), Level.WARNING),
+    # issue 16 item 5: the job environment names one checkpoint folder (CLUSTERFORGE_CHECKPOINT_DIR)
+    ("onprem-dgx.yaml", "checkpoint-storage-twice", lambda d: d["storage"][0].update(purpose=["home", "checkpoints"]),
+     Level.ERROR),
     ("onprem-dgx.yaml", "duplicate-mount", lambda d: d["storage"][1].update(mount="/home"), Level.ERROR),
     ("onprem-dgx.yaml", "aws-storage-without-aws", lambda d: d["storage"].append({"name": "efs1", "type": "efs", "mount": "/efs"}), Level.ERROR),
     ("onprem-dgx.yaml", "missing-facts-dir", lambda d: d.update(facts_dir="nowhere"), Level.ERROR),

@@ -605,6 +605,12 @@ class Cluster(Model):
                 seen.add(n)
         return self
 
+    @property
+    def checkpoint_storage(self) -> FsxLustre | Efs | Nfs | Lustre | None:
+        """The storage[] entry with purpose ``checkpoints`` (the job environment names its mount as
+        CLUSTERFORGE_CHECKPOINT_DIR); the rule ``checkpoint-storage-twice`` keeps it to one."""
+        return next((s for s in self.storage if "checkpoints" in s.purpose), None)
+
     def group(self, name: str) -> NodeGroup:
         for g in self.node_groups:
             if g.name == name:

@@ -31,6 +31,7 @@ from clusterforge import proc
 from clusterforge.local.layout import (
     DEFAULT_BOOT,
     DEFAULT_NET,
+    TORCH_VERSION,
     LocalError,
     LocalLayout,
     LocalNode,
@@ -43,6 +44,9 @@ HERE = Path(__file__).resolve().parent
 NODES_SH = HERE / "nodes.sh"
 ROOTFS_SH = HERE / "rootfs.sh"
 REPO_SH = HERE / "repo.sh"
+TORCH_SH = HERE / "torch.sh"
+#: the first PyTorch layer downloads and installs about 3 GB (torch.sh); a busy machine is slow
+TORCH_TIMEOUT_S = 2400
 PACKAGES = HERE / "packages.txt"
 DEFAULT_STATE = Path(os.environ.get("CLUSTERFORGE_LOCAL_STATE", "/var/lib/clusterforge/local"))
 DEFAULT_SPEC = Path(__file__).resolve().parents[2] / "examples" / "local.yaml"
@@ -112,7 +116,8 @@ class LocalCluster:
         return LocalLayout(
             cluster=d["cluster"], net=d["net"], nodes=[LocalNode(**n) for n in d["nodes"]],
             spec=d["spec"], overrides=d["overrides"], source=d["source"], flavour=d.get("flavour", "onprem"),
-            suite=d.get("suite", "bookworm"), boot=d.get("boot", "chroot"),
+            suite=d.get("suite", "bookworm"), boot=d.get("boot", "chroot"), shared=d.get("shared", {}),
+            torch=d.get("torch"),
         )
 
     def save_layout(self, layout: LocalLayout) -> None:
@@ -133,9 +138,11 @@ class LocalCluster:
         return (self.state / "net.env").is_file()
 
     def _nodes_sh(
-        self, *args: str, timeout: float = 120, check: bool = True, boot: str | None = None
+        self, *args: str, timeout: float = 120, check: bool = True, boot: str | None = None,
+        extra_env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "NODES_BOOT": boot} if boot else None
+        more = {**({"NODES_BOOT": boot} if boot else {}), **(extra_env or {})}
+        env = {**os.environ, **more} if more else None
         try:
             p = proc.run([str(NODES_SH), args[0], str(self.state), *args[1:]], timeout=timeout, env=env)
         except proc.ProcTimeout:
@@ -155,6 +162,7 @@ class LocalCluster:
         net: str = DEFAULT_NET,
         os_name: str | None = None,
         boot: str | None = None,
+        torch: bool = False,
         configure: bool = True,
         check: bool = False,
         diff: bool = False,
@@ -167,6 +175,8 @@ class LocalCluster:
         ``os_name`` (``--os``) replaces the spec's ``os`` (the nodes' Debian release and its Slurm);
         ``boot`` is how nodes boot: ``systemd`` (systemd-nspawn, systemd as PID 1; the default) or
         ``chroot`` (sshd as PID 1, clusterforge-svc); the AWS flavour's instances are chroot nodes.
+        ``torch`` stacks the PyTorch layer (``torch.sh``, built once, cached) under every node's
+        /usr/local; without it nothing of PyTorch is built or downloaded.
         """
         say = progress or (lambda _m: None)
         why = missing_prerequisites(boot or DEFAULT_BOOT)
@@ -182,6 +192,8 @@ class LocalCluster:
                 )
             say(f"local cluster {layout.cluster} is up: re-running the playbook")
         elif _is_aws(Path(spec_path)):
+            if torch:
+                raise LocalError("--torch applies to on-prem specs only: the AWS flavour's instances boot its AMI")
             if os_name or boot == "systemd":
                 raise LocalError(
                     "--os/--boot systemd apply to on-prem specs only: the AWS flavour boots its instances from the "
@@ -190,13 +202,17 @@ class LocalCluster:
             return self._up_aws(Path(spec_path), net, configure=configure, check=check, diff=diff, say=say,
                                 ansible_progress=ansible_progress)
         else:
-            layout = plan_layout(Path(spec_path), net, os_name=os_name, boot=check_boot(boot or DEFAULT_BOOT))
+            layout = plan_layout(Path(spec_path), net, os_name=os_name, boot=check_boot(boot or DEFAULT_BOOT),
+                                 torch=TORCH_VERSION if torch else None)
             rootfs, repo = self._prepare(layout, say, seconds)
+            layers = self._layers(layout, rootfs, say, seconds)
+            binds = self._shared_folders(layout)
             t = time.monotonic()
             how = "systemd as PID 1 (systemd-nspawn)" if layout.boot == "systemd" else "sshd as PID 1 (chroot)"
             say(f"nodes: starting {len(layout.nodes)} on {layout.net}.0/24 ({', '.join(layout.names)}), {how}")
             specs = [f"{n.name}={n.address}" + (f":gpu{n.gpus}" if n.gpus else "") for n in layout.nodes]
-            self._nodes_sh("up", rootfs, repo, layout.net, layout.prefix, *specs, timeout=600, boot=layout.boot)
+            self._nodes_sh("up", rootfs, repo, layout.net, layout.prefix, *specs, timeout=600, boot=layout.boot,
+                           extra_env={"NODES_LAYERS": ":".join(layers), "NODES_BINDS": " ".join(binds)})
             self._attach_standins(layout, Path(spec_path), say)
             seconds["nodes"] = time.monotonic() - t
         result = None
@@ -264,6 +280,31 @@ class LocalCluster:
         seconds["repo"] = time.monotonic() - t
         self._write_state(layout)
         return rootfs, repo
+
+    def _layers(
+        self, layout: LocalLayout, rootfs: str, say: Callable[[str], Any], seconds: dict[str, float]
+    ) -> list[str]:
+        """The read-only layers over the nodes' rootfs, top first: the PyTorch one when asked for."""
+        if layout.torch is None:
+            return []
+        t = time.monotonic()
+        say(f"torch: PyTorch {layout.torch} for the nodes' python3, a layer of the rootfs (cached after the first "
+            "run; the first downloads and installs about 3 GB)")
+        cache = os.environ.get("CLUSTERFORGE_CACHE", "/var/cache/clusterforge")
+        layer = self._script(TORCH_SH, rootfs, layout.torch, cache, timeout=TORCH_TIMEOUT_S)
+        seconds["torch"] = time.monotonic() - t
+        return [layer]
+
+    def _shared_folders(self, layout: LocalLayout) -> list[str]:
+        """SRC:DST binds of the storage stand-ins: one folder of this machine per storage[] entry,
+        world-writable with the sticky bit (as /tmp: each user's job makes its own folder there)."""
+        binds = []
+        for name, mount in layout.shared.items():
+            src = self.state / "storage" / name
+            src.mkdir(parents=True, exist_ok=True)
+            os.chmod(src, 0o1777)
+            binds.append(f"{src}:{mount}")
+        return binds
 
     def _script(self, script: Path, *args: str, timeout: float) -> str:
         try:

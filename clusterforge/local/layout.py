@@ -9,7 +9,11 @@ machine, and says so (``LocalLayout.overrides``):
   profile's 224 cores and 2 TiB; with it slurmd registers with the configured hardware;
 * Ansible variables for hosts that share this machine's kernel and clock (``local_vars``) and
   the vendor repositories, which are stand-ins served on the bridge;
-* with ``--os``, the node OS (and the Slurm release that OS ships) instead of the spec's.
+* with ``--os``, the node OS (and the Slurm release that OS ships) instead of the spec's;
+* shared file systems (``storage[]``): the nodes share this machine's kernel, which has no NFS or
+  Lustre client, so each entry is a folder of this machine (``STATE/storage/NAME``) bound at its
+  mount on every node: one file system that every node sees, as the spec means;
+* with ``--torch``, PyTorch: a read-only layer of the node rootfs, built once (``torch.sh``).
 
 The node OS picks the Debian release the nodes boot (``OS_SUITES``); nodes boot systemd as PID 1
 (``systemd-nspawn``, ``boot="systemd"``, the default), or, with ``boot="chroot"``, run sshd as PID 1 and the
@@ -41,6 +45,8 @@ OS_SUITES: dict[str, tuple[str, str]] = {"debian-12": ("bookworm", "22.05"), "de
 #: how a node boots: systemd as PID 1 (systemd-nspawn -b), or sshd as PID 1 in a chroot
 BOOT_MODES = ("systemd", "chroot")
 DEFAULT_BOOT = "systemd"
+#: the PyTorch `clusterforge local up --torch` stacks over the nodes' rootfs (torch.sh)
+TORCH_VERSION = "2.13.0"
 
 
 class LocalError(ClusterforgeError):
@@ -75,6 +81,10 @@ class LocalLayout:
     flavour: str = "onprem"
     suite: str = "bookworm"  # the Debian release the nodes boot (OS_SUITES)
     boot: str = "chroot"  # BOOT_MODES (a layout recorded before nodes booted systemd: chroot)
+    #: storage[] name -> mount: a folder of this machine bound there on every node (stand-in)
+    shared: dict[str, str] = field(default_factory=dict)
+    #: the PyTorch version of the read-only layer over the nodes' rootfs (torch.sh), or None
+    torch: str | None = None
 
     @property
     def prefix(self) -> str:
@@ -178,7 +188,8 @@ def node_os(spec_os: str, want: str | None, data: dict[str, Any], overrides: lis
 
 
 def plan_layout(
-    spec_path: Path, net: str = DEFAULT_NET, *, os_name: str | None = None, boot: str = DEFAULT_BOOT
+    spec_path: Path, net: str = DEFAULT_NET, *, os_name: str | None = None, boot: str = DEFAULT_BOOT,
+    torch: str | None = None,
 ) -> LocalLayout:
     """The local cluster a spec becomes; raises ``LocalError`` naming the field when it cannot."""
     spec_path = Path(spec_path)
@@ -249,9 +260,20 @@ def plan_layout(
     # after the structural refusals above, which name the group that cannot run locally
     suite = node_os(cluster.os, os_name, data, overrides)
     overrides.append(ansible_override(base, boot))
+    shared = {s.name: s.mount for s in cluster.storage}
+    for s in cluster.storage:
+        overrides.append(
+            f"storage {s.name} ({s.type}) at {s.mount}: a folder of this machine (STATE/storage/{s.name}) bound on "
+            f"every node, not a {s.type} mount (the nodes share this machine's kernel, which has no {s.type} client)"
+        )
+    if torch is not None:
+        overrides.append(
+            f"PyTorch {torch}: a read-only layer of the node rootfs built once (clusterforge/local/torch.sh), "
+            "under every node's /usr/local; nothing is installed per node"
+        )
     return LocalLayout(
         cluster=cluster.name, net=base, nodes=nodes, spec=data, overrides=overrides, source=str(spec_path.resolve()),
-        suite=suite, boot=boot,
+        suite=suite, boot=boot, shared=shared, torch=torch,
     )
 
 

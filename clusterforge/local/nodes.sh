@@ -11,6 +11,11 @@
 #            runs) own PID, mount and UTS namespaces with sshd as PID 1; daemons run under the
 #            roles' clusterforge-svc supervisor. `clusterforge local up` boots on-prem nodes with
 #            systemd unless told --boot chroot
+# At `up` (recorded for `boot`), two optional additions every node gets:
+#   NODES_LAYERS  read-only layers stacked over the rootfs, colon-separated, top first (e.g. the
+#                 PyTorch layer of torch.sh): one copy on this machine, seen by every node
+#   NODES_BINDS   SRC:DST pairs, space-separated: folders of this machine bound at DST in every
+#                 node (the stand-in for a shared file system: the nodes share one kernel)
 # No Docker; needs root, iproute2, util-linux.
 #
 #   nodes.sh up   STATE ROOTFS REPO NET PREFIX NAME=ADDR[:gpuN] ...   # NET like 10.79.0
@@ -137,8 +142,13 @@ up|bridge|boot) ;;
 *) echo "unknown command $cmd" >&2; exit 2 ;;
 esac
 
+lowerdirs() { # the overlay's lower folders: the layers (top first) over the rootfs
+  if [ -n "$LAYERS" ]; then echo "$LAYERS:$ROOTFS"; else echo "$ROOTFS"; fi
+}
+
 boot_systemd() { # NAME NETNS DIR GPUS: systemd as PID 1 in systemd-nspawn, on the node's netns
-  local name=$1 ns=$2 d=$3 gpus=$4 r=$3/root nspawn p1="" c
+  local name=$1 ns=$2 d=$3 gpus=$4 r=$3/root nspawn p1="" c b binds=()
+  for b in $BINDS; do binds+=("--bind=$b"); done
   # the overlay is mounted in a mount namespace of its own that nspawn then runs in (the mount
   # dies with it); the host keys are made before boot: ssh.service's `sshd -t` needs them.
   # --keep-unit --register=no: this host runs no systemd (no bus, no machined). The arguments
@@ -150,8 +160,8 @@ boot_systemd() { # NAME NETNS DIR GPUS: systemd as PID 1 in systemd-nspawn, on t
     mount -t overlay overlay -o "lowerdir=$lower,upperdir=$d/upper,workdir=$d/work" "$r"
     ssh-keygen -A -f "$r" >/dev/null
     exec systemd-nspawn "$@"
-  ' _ "$ROOTFS" "$d" -b -D "$r" --keep-unit --register=no --network-namespace-path="/run/netns/$ns" \
-    -M "$name" --hostname="$name" --console=read-only --quiet \
+  ' _ "$(lowerdirs)" "$d" -b -D "$r" --keep-unit --register=no --network-namespace-path="/run/netns/$ns" \
+    -M "$name" --hostname="$name" --console=read-only --quiet "${binds[@]}" \
     systemd.unified_cgroup_hierarchy=0 SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1 \
     </dev/null >"$d/boot.log" 2>&1 &
   nspawn=$!
@@ -230,8 +240,9 @@ boot_node() { # NAME=ADDR[:gpuN]: one node on the bridge (its namespaces, disk, 
     # whole PID namespace down when the recorded unshare process is killed
     nsenter --net="/run/netns/$ns" unshare --pid --fork --kill-child --mount --uts --propagation private \
       bash -c '
-        set -e; lower=$1; d=$2; gpus=$3; hostname "$4"; r=$d/root
+        set -e; lower=$1; d=$2; gpus=$3; hostname "$4"; binds=$5; r=$d/root
         mount -t overlay overlay -o "lowerdir=$lower,upperdir=$d/upper,workdir=$d/work" "$r"
+        for b in $binds; do mkdir -p "$r${b#*:}"; mount --bind "${b%%:*}" "$r${b#*:}"; done
         mount -t proc proc "$r/proc"
         mount --rbind /sys "$r/sys"; mount --make-rslave "$r/sys"
         mount -t tmpfs -o mode=755 tmpfs "$r/dev"
@@ -246,7 +257,7 @@ boot_node() { # NAME=ADDR[:gpuN]: one node on the bridge (its namespaces, disk, 
         mount -t tmpfs -o mode=1777 tmpfs "$r/tmp"
         chroot "$r" ssh-keygen -A >/dev/null
         exec chroot "$r" /usr/sbin/sshd -D -e -o UseDNS=no
-      ' _ "$ROOTFS" "$d" "$gpus" "$name" >"$d/sshd.log" 2>&1 &
+      ' _ "$(lowerdirs)" "$d" "$gpus" "$name" "$BINDS" >"$d/sshd.log" 2>&1 &
     echo $! >"$d/pid"; echo $! >>"$STATE/pids"
   fi
   echo "$name $addr $gpus" >>"$STATE/inventory.txt"
@@ -264,6 +275,7 @@ wait_sshd() { # NAME ADDR: bounded wait for the node's sshd
 
 if [ "$cmd" = boot ]; then
   load_net; BRNS=$PREFIX-br; ROOTFS=$(cat "$STATE/rootfs")
+  LAYERS=$(cat "$STATE/layers" 2>/dev/null || true); BINDS=$(cat "$STATE/binds" 2>/dev/null || true)
   boot_node "${3:?NAME=ADDR[:gpuN]}"
   exit 0
 fi
@@ -282,7 +294,14 @@ BOOT=${NODES_BOOT:-chroot}
 case "$BOOT" in systemd) command -v systemd-nspawn >/dev/null \
   || { echo "systemd-nspawn is missing: apt-get install -y systemd-container" >&2; exit 2; } ;;
 chroot) ;; *) echo "NODES_BOOT=$BOOT: give systemd or chroot" >&2; exit 2 ;; esac
+LAYERS=${NODES_LAYERS:-}; BINDS=${NODES_BINDS:-}
+for l in ${LAYERS//:/ }; do [ -f "$l/.complete" ] || { echo "layer $l is not complete (torch.sh builds it)" >&2; exit 2; }; done
+for b in $BINDS; do
+  case "$b" in /*:/*) [ -d "${b%%:*}" ] || { echo "bind source ${b%%:*} is not a folder" >&2; exit 2; } ;;
+  *) echo "NODES_BINDS: $b is not SRC:DST with absolute paths" >&2; exit 2 ;; esac
+done
 printf 'NET=%s\nPREFIX=%s\nBOOT=%s\n' "$NET" "$PREFIX" "$BOOT" >"$STATE/net.env"; echo "$ROOTFS" >"$STATE/rootfs"
+echo "$LAYERS" >"$STATE/layers"; echo "$BINDS" >"$STATE/binds"
 : >"$STATE/pids"; : >"$STATE/netns"; : >"$STATE/hostnames"; : >"$STATE/inventory.txt"
 trap 'rc=$?; [ $rc = 0 ] || { log "up failed (rc=$rc), tearing down"; down; }' EXIT
 

@@ -3,10 +3,10 @@
 ``render(rc)`` is used by ``clusterforge render``, ``plan``, ``inventory``, ``diff`` and ``local``;
 the check and the Ansible roles read what it wrote through ``manifest.Manifest``. Nothing else
 formats (or parses) a Slurm or NCCL line. The package holds: ``model`` (the config model),
-``slurm``/``topology``/``nccl``/``alerts``/``alertmanager``/``dcgm_exporter``/``dashboards`` (one
-builder per file kind), ``versions`` and ``nccl_versions`` (the cited version gates), ``manifest`` (the
-contract), ``restart`` (the one restart policy), ``result``/``writer``/``yamlfile`` (files, atomic
-writes, YAML from data).
+``slurm``/``topology``/``nccl``/``jobs``/``alerts``/``alertmanager``/``dcgm_exporter``/``dashboards``
+(one builder per file kind), ``versions`` and ``nccl_versions`` (the cited version gates),
+``manifest`` (the contract), ``restart`` (the one restart policy), ``result``/``writer``/``yamlfile``
+(files, atomic writes, YAML from data).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from clusterforge.render.alertmanager import alertmanager_yaml
 from clusterforge.render.alerts import RULES_PATH, alert_groups, alerts_yaml
 from clusterforge.render.dashboards import dashboards
 from clusterforge.render.dcgm_exporter import COUNTERS_PATH, JOB_MAPPING_DIR, counters_csv
+from clusterforge.render.jobs import JOBS_ENV_PATH, job_settings
 from clusterforge.render.manifest import (
     BlockRecord,
     ConfigRecords,
@@ -354,6 +355,11 @@ def render(rc: ResolvedCluster) -> RenderResult:
                 gpu_devices=list(n.gpus.device_paths) if n.gpus else [],
                 gpu_vendor=n.gpus.vendor if n.gpus else "", mounts=[s.mount for s in c.storage],
                 required_files=[])
+    job_env = job_settings(c)
+    if job_env:
+        # every host a user's job or shell runs on: compute (the batch script) and login (sbatch)
+        job_groups = tuple(g.name for g in c.node_groups if g.role in ("compute", "login"))
+        add("jobs/env.sh", "jobs-env.sh.j2", JOBS_ENV_PATH, job_groups, variables=job_env)
     rule_groups = alert_groups(m)
     if rule_groups:
         add_yaml("prometheus/alerts.yml", alerts_yaml(m, rule_groups), RULES_PATH, ctl_groups, ("prometheus",))

@@ -265,6 +265,8 @@ FILE_RULES: dict[str, tuple[ImpactClass, str, str]] = {
               "running jobs keep theirs", "NCCL docs, Environment Variables (nccl.conf)"),
     "env/": (ImpactClass.NONE, "sourced by login shells and job environments: new jobs and sessions get it",
              "clusterforge render (profile.d)"),
+    "jobs/": (ImpactClass.NONE, "sourced by login shells and batch scripts: new jobs and sessions get it",
+              "clusterforge render (profile.d)"),
     "health/": (ImpactClass.NONE, "run anew by slurmd every HealthCheckInterval; no restart",
                 "slurm.conf(5) HealthCheckProgram"),
     "cloud/": (ImpactClass.NONE, "read by clusterforge's cloud agents each tick; no Slurm daemon or job is touched",

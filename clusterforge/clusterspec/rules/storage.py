@@ -1,4 +1,4 @@
-"""Rules on storage: mounts, AWS-only file systems, checkpoints on NFS/EFS, the facts folder."""
+"""Rules on storage: mounts, AWS-only file systems, checkpoints (on NFS/EFS, on one entry only), the facts folder."""
 
 from __future__ import annotations
 
@@ -20,6 +20,16 @@ def checkpoint_storage(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
                 "checkpoint that takes minutes stalls every GPU for that time.",
                 "put checkpoints on a parallel file system (fsx_lustre or lustre).",
             )
+    ckpt = [i for i, s in enumerate(c.storage) if "checkpoints" in s.purpose]
+    for i in ckpt[1:]:
+        yield Finding(
+            Level.ERROR, "checkpoint-storage-twice", f"storage[{i}].purpose", c.storage[i].purpose,
+            f"storage[{ckpt[0]}] ({c.storage[ckpt[0]].name}) has purpose checkpoints already; the job environment "
+            "names one checkpoint folder (CLUSTERFORGE_CHECKPOINT_DIR), which a requeued job must find again on "
+            "whatever nodes it lands.",
+            f"keep checkpoints in the purpose of one storage entry only (a parallel file system: "
+            f"{c.storage[ckpt[0]].name} or {c.storage[i].name}).",
+        )
     mounts = Counter(s.mount for s in c.storage)
     for i, s in enumerate(c.storage):
         if mounts[s.mount] > 1:

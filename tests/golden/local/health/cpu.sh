@@ -10,4 +10,6 @@ fail() {
   echo "clusterforge-healthcheck: $1" >&2
   exit 1
 }
+# /shared is a shared file system the spec requires on this node.
+mountpoint -q /shared || fail "/shared is not mounted"
 exit 0

@@ -18,4 +18,6 @@ done
 if command -v nvidia-smi >/dev/null 2>&1; then
   timeout 20 nvidia-smi -L >/dev/null 2>&1 || fail "nvidia-smi did not answer within 20 s"
 fi
+# /shared is a shared file system the spec requires on this node.
+mountpoint -q /shared || fail "/shared is not mounted"
 exit 0
