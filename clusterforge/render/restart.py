@@ -263,8 +263,8 @@ FILE_RULES: dict[str, tuple[ImpactClass, str, str]] = {
               "running jobs keep theirs", "NCCL docs, Environment Variables (nccl.conf)"),
     "env/": (ImpactClass.NONE, "sourced by login shells and job environments: new jobs and sessions get it",
              "clusterforge render (profile.d)"),
-    "health/": (ImpactClass.NONE, "run anew by slurmd every HealthCheckInterval; no restart",
-                "slurm.conf(5) HealthCheckProgram"),
+    "health/": (ImpactClass.NONE, "run anew by slurmd every HealthCheckInterval and around each job (its "
+                "prolog and epilog); no restart", "slurm.conf(5) HealthCheckProgram, Prolog, Epilog"),
     "cloud/": (ImpactClass.NONE, "read by clusterforge's cloud agents each tick; no Slurm daemon or job is touched",
                "clusterforge render (render/agents.py)"),
     "prometheus/": (ImpactClass.NONE, "alerting rules: the monitoring role restarts Prometheus on the monitoring "
