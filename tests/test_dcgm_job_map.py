@@ -107,7 +107,9 @@ def test_rendered_for_every_compute_group_with_the_exporters_folder() -> None:
     # no mapping (and no prolog) where no NVIDIA GPU runs dcgm-exporter
     amd = render_cluster(load_spec(EXAMPLES / "amd-mi300x.yaml"), base_dir=EXAMPLES)
     assert not any(n.startswith(("slurm/prolog.d/", "dcgm/")) for n in amd.files)
-    assert "Prolog=" not in amd.files["slurm/slurm.conf"].content
+    # its Prolog folder holds the health check's prolog only (tests/test_healthcheck.py)
+    assert [f.node_path for f in amd.files.values() if "/prolog.d/" in f.node_path] == [
+        "/etc/slurm/prolog.d/10-clusterforge-healthcheck"]
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")

@@ -10,11 +10,12 @@ runs the same test on sshd-as-PID-1 nodes with the clusterforge-svc supervisor;
 machine need two). The production ``playbooks/site.yml``
 runs on the fresh nodes in check mode first, then for real, and a third time at the end, when it
 must change nothing. In between: daemons, GRES registration, jobs across nodes, accounting, the
-NCCL job environment, the faults of the issue (slurmd killed, health check failing,
-slurmctld restarted), monitoring (Prometheus scrapes every node; a stopped exporter alerts, and
-the alert reaches a webhook receiver through Alertmanager), a layout change rolled out under a
-running job, and a torchrun job that is pre-empted, requeued and resumes from its checkpoint.
-``down`` must leave no process, namespace, mount or cgroup folder behind.
+NCCL job environment, the faults of the issue (slurmd killed, a GPU lost and found by the health
+check slurmd runs, an operator's drain it leaves alone, slurmctld restarted), monitoring (Prometheus
+scrapes every node; a stopped exporter alerts, and the alert reaches a webhook receiver through
+Alertmanager), a layout change rolled out under a running job, and a torchrun job that is
+pre-empted, requeued and resumes from its checkpoint. ``down`` must leave no process, namespace,
+mount or cgroup folder behind.
 
 Every wait is bounded; the module fixture tears the cluster down even when a step fails.
 """
@@ -413,25 +414,71 @@ def test_killed_slurmd_marks_the_node_down_and_requeues_its_job(cluster: tuple[L
     wait_for(f"{victim} back to idle", lambda: node_state(lc, victim).startswith("IDLE"), 120)
 
 
-def test_failing_health_check_drains_the_node_with_a_reason(cluster: tuple[LocalCluster, Runs]) -> None:
+HC_LOG = "/run/clusterforge-healthcheck/log"  # clusterforge.render.health.STATE_DIR
+HC_REASON = "clusterforge-healthcheck: gpu count 7 of 8 (/dev/nvidia3 missing)"
+
+
+def hc_log(lc: LocalCluster, node: str) -> list[str]:
+    """The health check's log on ``node``: one line a run, "<UTC time> <mode> by=<parent> <what>"."""
+    return sh(lc, node, f"cat {HC_LOG} 2>/dev/null || true").splitlines()
+
+
+def node_reason(lc: LocalCluster, node: str) -> str:
+    return sh(lc, "login", f"sinfo -h -N -n {node} -o '%E' | head -n 1").strip()
+
+
+def test_slurmd_runs_the_health_check_which_drains_a_lost_gpu_and_returns_it(
+        cluster: tuple[LocalCluster, Runs]) -> None:
+    """slurmd runs the program every HealthCheckInterval (15 s in examples/local.yaml): nothing in
+    this test runs it. /dev/nvidia3 gone from gpu-002: one failing run counts, the second in a row
+    drains with the check and the value; the device back: the next passing run resumes the node."""
     lc, _ = cluster
+    # slurmd ran it before this test (its parent process is slurmd), and it passed
+    assert any(" periodic by=slurmd pass" in ln for ln in hc_log(lc, "gpu-002")), hc_log(lc, "gpu-002")[-5:]
+    seen = len(hc_log(lc, "gpu-002"))
     sh(lc, "gpu-002", "mv /dev/nvidia3 /dev/nvidia3.gone")
     try:
-        p = lc.on("gpu-002", "/usr/local/sbin/clusterforge-healthcheck")  # what slurmd runs every interval
-        assert p.returncode == 1, p
-        wait_for("gpu-002 DRAIN", lambda: "DRAIN" in node_state(lc, "gpu-002"), 30, every=1)
-        reason = sh(lc, "login", "sinfo -h -n gpu-002 -o '%E'").strip()
-        assert reason == "clusterforge-healthcheck: GPU device /dev/nvidia3 missing (expected 8)", reason
+        wait_for("gpu-002 drained by its health check", lambda: "DRAIN" in node_state(lc, "gpu-002"), 120)
+        assert node_reason(lc, "gpu-002") == HC_REASON
+        runs = [ln.split(" ", 2)[2] for ln in hc_log(lc, "gpu-002")[seen:]]
+        # the first failing run only counts (no false drain on one failure), the second drains
+        first = runs.index("by=slurmd failing, not draining yet: gpu_count 1 of 2: gpu count 7 of 8 "
+                           "(/dev/nvidia3 missing);")
+        assert runs[first + 1] == "by=slurmd drain: gpu count 7 of 8 (/dev/nvidia3 missing)", runs
+        assert sh(lc, "gpu-002", "cut -d' ' -f1 /run/clusterforge-healthcheck/failures").split() == ["gpu_count"]
         # the same fault reaches monitoring: dcgm-exporter reports 7 GPUs, the rendered rule alerts
         got = wait_for("GpuMissing for gpu-002", lambda: alerts(lc, "GpuMissing"), 60)
         assert [(a["labels"]["instance"], a["labels"]["node_group"]) for a in got] == [("gpu-002", "gpu")], got
         assert got[0]["annotations"]["summary"] == "gpu-002: 7 of 8 h100 GPUs report"
+        # a job is not sent to the drained node
+        assert sh(lc, "login", "srun -N1 -p gpu hostname").strip() == "gpu-001"
     finally:
         lc.on("gpu-002", "mv /dev/nvidia3.gone /dev/nvidia3")
-    assert lc.on("gpu-002", "/usr/local/sbin/clusterforge-healthcheck").returncode == 0
-    sh(lc, "login", "scontrol update NodeName=gpu-002 State=RESUME")
-    wait_for("gpu-002 back to idle", lambda: node_state(lc, "gpu-002") == "IDLE", 30, every=1)
+    seen = len(hc_log(lc, "gpu-002"))
+    wait_for("gpu-002 back to idle by its health check", lambda: node_state(lc, "gpu-002") == "IDLE", 120)
+    assert node_reason(lc, "gpu-002") in ("", "none"), node_reason(lc, "gpu-002")
+    assert f"by=slurmd pass; resume (was drained for: {HC_REASON.split(': ', 1)[1]})" in [
+        ln.split(" ", 2)[2] for ln in hc_log(lc, "gpu-002")[seen:]]
     wait_for("GpuMissing resolved", lambda: not alerts(lc, "GpuMissing"), 60)
+    assert sorted(sh(lc, "login", "srun -N2 -p gpu hostname").split()) == ["gpu-001", "gpu-002"]
+
+
+def test_an_operators_drain_stays_across_health_check_runs(cluster: tuple[LocalCluster, Runs]) -> None:
+    """A drain an operator set is never undone by the health check, which keeps running and passing."""
+    lc, _ = cluster
+    sh(lc, "login", "scontrol update NodeName=gpu-001 State=DRAIN Reason=operator-maintenance")
+    try:
+        seen = len(hc_log(lc, "gpu-001"))
+        # four runs after the drain (the first may have read the node before it)
+        runs = wait_for("four health check runs on the drained gpu-001", lambda: (
+            lambda new: new if len(new) >= 4 else None)(hc_log(lc, "gpu-001")[seen:]), 150)
+        assert {ln.split(" ", 2)[2] for ln in runs[1:]} == {
+            "by=slurmd pass; left alone, drained by someone else: operator-maintenance"}, runs
+        assert "DRAIN" in node_state(lc, "gpu-001")
+        assert node_reason(lc, "gpu-001") == "operator-maintenance"
+    finally:
+        sh(lc, "login", "scontrol update NodeName=gpu-001 State=RESUME")
+    wait_for("gpu-001 back to idle", lambda: node_state(lc, "gpu-001") == "IDLE", 60)
 
 
 def test_restarting_slurmctld_loses_no_job(cluster: tuple[LocalCluster, Runs]) -> None:

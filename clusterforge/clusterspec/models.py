@@ -432,11 +432,47 @@ class Monitoring(Model):
     alertmanager: Alertmanager = Field(default_factory=Alertmanager)
 
 
+#: Xid codes whose resolution is a GPU reset or a reboot (NVIDIA's Xid catalog, r590 "Resolution
+#: Bucket"; aws-samples/awsome-distributed-training gpu-cluster-healthcheck 0-nvidia-smi-check.sh):
+#: 79 fell off the bus; 64, 95, 119, 120, 143 reset the GPU; 48 (DBE) and 74 (NVLink) by workflow.
+#: Application Xids (13, 31, 43, 94, ...) are a job's fault, not the node's, and never drain.
+XID_DRAIN_CODES = (48, 64, 74, 79, 95, 119, 120, 143)
+
+
 class HealthChecks(Model):
+    """Slurm's HealthCheckProgram plus a prolog and an epilog check, rendered per node group
+    (templates/healthcheck.sh.j2)."""
+
     enabled: bool = True
-    interval_s: Annotated[int, Field(ge=60, le=86400)] = 300
-    node_state: Literal["ANY", "IDLE", "ALLOC", "MIXED", "NONDRAINED_IDLE"] = "ANY"
+    interval_s: Annotated[int, Field(ge=5, le=86400)] = Field(
+        300,
+        description="HealthCheckInterval: slurmd runs the program this often (and when it starts); production "
+        "keeps minutes, a test cluster seconds",
+    )
+    node_state: Literal["ANY", "IDLE", "ALLOC", "MIXED", "NONDRAINED_IDLE"] = Field(
+        "ANY", description="HealthCheckNodeState; ANY also checks drained nodes, which is how they return"
+    )
     program: AbsPath = "/usr/local/sbin/clusterforge-healthcheck"
+    consecutive_failures: Annotated[int, Field(ge=1, le=10)] = Field(
+        2,
+        description="a check drains the node after failing this many runs in a row (1: at once); in the prolog "
+        "and epilog, attempts 2 s apart. A check that fails once and then passes drains nothing",
+    )
+    prolog: bool = Field(True, description="fast checks before each job; a failing one drains and requeues the job")
+    epilog: bool = Field(True, description="checks after each job (with epilog_dcgm_level on NVIDIA GPU nodes)")
+    epilog_dcgm_level: Literal[0, 1, 2] = Field(
+        1,
+        description="dcgmi diag -r LEVEL in the epilog on NVIDIA GPU nodes: 1 takes seconds, 2 about two "
+        "minutes (the node stays COMPLETING that long); 0: none",
+    )
+    spool_min_free_mib: Annotated[int, Field(ge=0)] = Field(
+        1024, description="free space the Slurm spool (SlurmdSpoolDir) must keep for job scripts and state"
+    )
+    xid_codes: list[Annotated[int, Field(ge=1, le=999)]] = Field(
+        default_factory=lambda: list(XID_DRAIN_CODES),
+        description="Xid codes in the kernel log since boot that drain the node (default: those NVIDIA "
+        "resolves by a GPU reset or reboot)",
+    )
 
 
 class GpuStack(Model):

@@ -47,12 +47,49 @@ trap "exit 0" TERM INT
 while :; do sleep 3600 & wait $!; done'
 
 NVSMI='#!/bin/bash
-# stand-in nvidia-smi: lists the GPU device nodes like `nvidia-smi -L`; nothing else
-case "${1:-}" in -L|"") ;; *) echo "stand-in nvidia-smi: $* is not supported" >&2; exit 2 ;; esac
-i=0
-for d in /dev/nvidia[0-9]*; do [[ $d =~ ^/dev/nvidia[0-9]+$ && -c $d ]] || continue
-  echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-standin-$(hostname)-$i)"; i=$((i+1)); done
-[ $i -gt 0 ] || { echo "No devices were found"; exit 6; }'
+# stand-in nvidia-smi: answers from the GPU device nodes /dev/nvidiaN, as the real one answers from
+# the driver: -L, the --query-gpu fields clusterforge reads (index, pci.bus_id, name, uuid,
+# ecc.errors.uncorrected.volatile.total: 0), --query-remapped-rows (none pending) and
+# `nvlink --status` (18 active links per GPU, an H100 SXM through NVSwitches). A device node that
+# disappears is a GPU gone; the others keep their bus ids. Anything else is refused (rc 2).
+set -u
+minors=()
+for d in /dev/nvidia[0-9]*; do [[ $d =~ ^/dev/nvidia([0-9]+)$ && -c $d ]] && minors+=("${BASH_REMATCH[1]}"); done
+[ ${#minors[@]} -gt 0 ] || { echo "No devices were found"; exit 6; }
+name="NVIDIA H100 80GB HBM3"
+bus() { printf "00000000:%02X:00.0" $((0x18 + 16 * $1)); }
+uuid() { echo "GPU-standin-$(hostname)-$1"; }
+field() {  # field NAME INDEX MINOR
+  case $1 in
+    index) echo "$2" ;; pci.bus_id|gpu_bus_id) bus "$3" ;; name|gpu_name) echo "$name" ;; uuid|gpu_uuid) uuid "$3" ;;
+    ecc.errors.uncorrected.volatile.total) echo 0 ;;
+    remapped_rows.pending|remapped_rows.failure) echo No ;;
+    remapped_rows.correctable|remapped_rows.uncorrectable) echo 0 ;;
+    *) echo "Field \"$1\" is not a valid field to query." >&2; exit 2 ;;
+  esac
+}
+query() {  # query FIELDS: one csv line per GPU
+  local i=0 m f line
+  IFS=, read -r -a fs <<<"$1"
+  for m in "${minors[@]}"; do
+    line=""; for f in "${fs[@]}"; do line+="${line:+, }$(field "$f" "$i" "$m")" || exit 2; done
+    echo "$line"; i=$((i + 1))
+  done
+}
+case "${1:-}" in
+  -L|"")
+    i=0; for m in "${minors[@]}"; do echo "GPU $i: $name (UUID: $(uuid "$m"))"; i=$((i + 1)); done ;;
+  --query-gpu=*|--query-remapped-rows=*)
+    fields=${1#*=}; shift
+    case "${1:-}" in --format=csv,noheader|--format=csv,noheader,nounits) ;;
+      *) echo "stand-in nvidia-smi: give --format=csv,noheader[,nounits]" >&2; exit 2 ;; esac
+    query "$fields" ;;
+  nvlink)
+    case "${2:-}" in -s|--status) ;; *) echo "stand-in nvidia-smi: nvlink ${2:-} is not supported" >&2; exit 2 ;; esac
+    i=0; for m in "${minors[@]}"; do echo "GPU $i: $name (UUID: $(uuid "$m"))"
+      for l in $(seq 0 17); do printf "\t Link %d: 26.562 GB/s\n" "$l"; done; i=$((i + 1)); done ;;
+  *) echo "stand-in nvidia-smi: $* is not supported" >&2; exit 2 ;;
+esac'
 
 EXPORTER='#!/usr/bin/env python3
 """stand-in dcgm-exporter: Prometheus metrics for each /dev/nvidiaN on :9400/metrics

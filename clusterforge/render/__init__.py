@@ -30,6 +30,15 @@ from clusterforge.render.alertmanager import alertmanager_yaml
 from clusterforge.render.alerts import RULES_PATH, alert_groups, alerts_yaml
 from clusterforge.render.dashboards import dashboards
 from clusterforge.render.dcgm_exporter import COUNTERS_PATH, JOB_MAPPING_DIR, counters_csv
+from clusterforge.render.health import (
+    EFA_BIN,
+    PHASE_SCRIPTS,
+    REASON_PREFIX,
+    RETRY_PAUSE_S,
+    health_plan,
+    phase_scripts_wanted,
+)
+from clusterforge.render.health import STATE_DIR as HEALTH_STATE_DIR
 from clusterforge.render.jobs import JOBS_ENV_PATH, job_settings
 from clusterforge.render.manifest import (
     BlockRecord,
@@ -341,6 +350,7 @@ def render(rc: ResolvedCluster) -> RenderResult:
         add("slurm/slurmdbd.conf", "slurmdbd.conf.j2", f"{SLURM_CONF}/slurmdbd.conf", ctl_groups, ("slurmdbd",),
             mode="0600", secret_refs=(c.accounting.password_secret,), owner=layout.user, settings=dbd)
     gs = c.gpu_stack
+    hc = c.health_checks
     for n in m.compute:
         if n.gpus is not None:
             plan = nccl_plan(c, n)
@@ -349,12 +359,16 @@ def render(rc: ResolvedCluster) -> RenderResult:
                 fabric=n.fabric, nccl=gs.nccl, ofi=ofi, variables=plan.conf, not_set=plan.not_set)
             add(f"env/{n.group}.sh", "job-env.sh.j2", "/etc/profile.d/clusterforge-nccl.sh", (n.group,),
                 group=n.group, fabric=n.fabric, variables=plan.env)
-        if c.health_checks.enabled:
-            add(f"health/{n.group}.sh", "healthcheck.sh.j2", c.health_checks.program, (n.group,), mode="0755",
-                group=n.group, interval=c.health_checks.interval_s,
-                gpu_devices=list(n.gpus.device_paths) if n.gpus else [],
-                gpu_vendor=n.gpus.vendor if n.gpus else "", mounts=[s.mount for s in c.storage],
-                required_files=[])
+        if hc.enabled:
+            add(f"health/{n.group}.sh", "healthcheck.sh.j2", hc.program, (n.group,), mode="0755",
+                p=health_plan(c, n, layout.slurmd_spool_dir), interval=hc.interval_s,
+                failures=hc.consecutive_failures, prefix=REASON_PREFIX, state_dir=HEALTH_STATE_DIR,
+                retry_pause=RETRY_PAUSE_S, efa_bin=EFA_BIN)
+    compute = tuple(n.group for n in m.compute)  # every node runs the folders slurm.conf names
+    for phase in phase_scripts_wanted(c):
+        name, below = PHASE_SCRIPTS[phase]
+        add(name, "healthcheck-phase.sh.j2", f"{SLURM_CONF}/{below}", compute, mode="0755", phase=phase,
+            program=hc.program)
     job_env = job_settings(c)
     if job_env:
         # every host a user's job or shell runs on: compute (the batch script) and login (sbatch)
@@ -376,7 +390,6 @@ def render(rc: ResolvedCluster) -> RenderResult:
         files.append(RenderedFile("dcgm/counters.csv", counters_csv(c.name), COUNTERS_PATH, nvidia, ("dcgm-exporter",),
                                   "0644", (), "root", ()))
     if job_mapping_wanted(m):
-        compute = tuple(n.group for n in m.compute)  # every node runs the prolog folder slurm.conf names
         for phase in ("prolog", "epilog"):
             add(f"slurm/{phase}.d/dcgm-job-map.sh", "dcgm-job-map.sh.j2",
                 f"{SLURM_CONF}/{phase}.d/50-clusterforge-dcgm-job-map", compute, mode="0755", phase=phase,

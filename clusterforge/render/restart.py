@@ -267,8 +267,8 @@ FILE_RULES: dict[str, tuple[ImpactClass, str, str]] = {
              "clusterforge render (profile.d)"),
     "jobs/": (ImpactClass.NONE, "sourced by login shells and batch scripts: new jobs and sessions get it",
               "clusterforge render (profile.d)"),
-    "health/": (ImpactClass.NONE, "run anew by slurmd every HealthCheckInterval; no restart",
-                "slurm.conf(5) HealthCheckProgram"),
+    "health/": (ImpactClass.NONE, "run anew by slurmd every HealthCheckInterval and around each job (its "
+                "prolog and epilog); no restart", "slurm.conf(5) HealthCheckProgram, Prolog, Epilog"),
     "cloud/": (ImpactClass.NONE, "read by clusterforge's cloud agents each tick; no Slurm daemon or job is touched",
                "clusterforge render (render/agents.py)"),
     "prometheus/": (ImpactClass.NONE, "alerting rules: the monitoring role restarts Prometheus on the monitoring "

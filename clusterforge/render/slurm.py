@@ -11,6 +11,7 @@ from typing import Any
 
 from clusterforge import hostlist
 from clusterforge.clusterspec.models import STATE_VOLUME_MOUNT, Cluster, EbsStateStorage
+from clusterforge.render.health import phase_scripts_wanted
 from clusterforge.render.model import ClusterModel, NodeSet
 from clusterforge.render.versions import has
 
@@ -47,6 +48,14 @@ def job_mapping_wanted(m: ClusterModel) -> bool:
     return mon.prometheus and mon.dcgm_exporter and any(
         n.gpus is not None and n.gpus.vendor == "nvidia" for n in m.compute
     )
+
+
+def phase_folders(m: ClusterModel) -> tuple[str, ...]:
+    """The job phases (prolog, epilog) slurm.conf runs a folder of scripts for: the dcgm job map's
+    and the health check's, each rendered for every compute group."""
+    health = phase_scripts_wanted(m.cluster)
+    mapping = job_mapping_wanted(m)
+    return tuple(p for p in ("prolog", "epilog") if mapping or p in health)
 
 
 def slurm_sections(m: ClusterModel) -> list[Section]:
@@ -147,14 +156,34 @@ def slurm_sections(m: ClusterModel) -> list[Section]:
                 (Setting("TopologyPlugin", m.topology.plugin, "topology-aware placement from topology.conf"),),
             )
         )
-    if job_mapping_wanted(m):
+    extra = dict(s.extra_conf)
+    phases = phase_folders(m)
+    if phases:
+        health = phase_scripts_wanted(c)
         sections.append(
             Section(
                 "Job prolog and epilog",
-                (
-                    # a glob (slurm.conf(5) from 22.05 on): each concern drops its own script into the folder
-                    Setting("Prolog", f"{SLURM_CONF}/prolog.d/*", "run by slurmd as root when a job starts here"),
-                    Setting("Epilog", f"{SLURM_CONF}/epilog.d/*", "run by slurmd as root when a job ends here"),
+                tuple(
+                    x
+                    for x in (
+                        # a glob (slurm.conf(5) from 22.05 on): each concern drops its own script into
+                        # the folder; every compute node has one there (a glob matching nothing fails
+                        # the job: prep_script_slurmd.c "Unable to create list of paths")
+                        Setting("Prolog", f"{SLURM_CONF}/prolog.d/*", "run by slurmd as root when a job starts here")
+                        if "prolog" in phases
+                        else None,
+                        Setting("Epilog", f"{SLURM_CONF}/epilog.d/*", "run by slurmd as root when a job ends here")
+                        if "epilog" in phases
+                        else None,
+                        Setting(
+                            "SchedulerParameters",
+                            _merged("nohold_on_prolog_fail", "SchedulerParameters", extra),
+                            "a job whose prolog check failed is requeued to run elsewhere, not held",
+                        )
+                        if "prolog" in health
+                        else None,
+                    )
+                    if x is not None
                 ),
             )
         )
@@ -164,9 +193,18 @@ def slurm_sections(m: ClusterModel) -> list[Section]:
             Section(
                 "Health checks",
                 (
-                    Setting("HealthCheckProgram", hc.program, "drains a node with a reason when a check fails"),
+                    Setting(
+                        "HealthCheckProgram",
+                        hc.program,
+                        f"drains a node after {hc.consecutive_failures} failing run(s) in a row and resumes the "
+                        "nodes it drained when every check passes",
+                    ),
                     Setting("HealthCheckInterval", str(hc.interval_s)),
-                    Setting("HealthCheckNodeState", hc.node_state),
+                    Setting(
+                        "HealthCheckNodeState",
+                        hc.node_state,
+                        "drained nodes are checked too: that is how they return" if hc.node_state == "ANY" else "",
+                    ),
                 ),
             )
         )
@@ -186,7 +224,6 @@ def slurm_sections(m: ClusterModel) -> list[Section]:
                 ),
             )
         )
-    extra = dict(s.extra_conf)
     if any(n.cloud for n in m.compute):
         sections.append(Section("Cloud nodes (fixed-size Auto Scaling groups)", cloud_settings(m, extra)))
     if extra:
