@@ -204,8 +204,8 @@ def _node(tmp_path: Path, spec: str, group: str, name: str, mounts: tuple[str, .
 
 @pytest.fixture
 def gpu(tmp_path: Path) -> Node:
-    """gpu-002 of examples/local.yaml: 8 H100 (dgx-h100), ethernet, no shared file system."""
-    return _node(tmp_path, "local.yaml", "gpu", "gpu-002")
+    """gpu-002 of examples/local.yaml: 8 H100 (dgx-h100), ethernet, its /shared file system."""
+    return _node(tmp_path, "local.yaml", "gpu", "gpu-002", mounts=("/shared",))
 
 
 @pytest.fixture
@@ -354,7 +354,7 @@ def test_dry_run_prints_every_check_and_changes_nothing(gpu: Node) -> None:
     assert p.returncode == 1
     assert p.stdout.splitlines() == [
         "FAIL gpu_count: gpu count 7 of 8 (/dev/nvidia3 missing)", "pass xid", "pass gpu_memory", "pass nvlink",
-        "pass spool", "pass dcgm_diag",
+        "pass mounts", "pass spool", "pass dcgm_diag",
     ]
     assert gpu.updates() == [] and not (gpu.state_dir / "failures").exists()
     assert gpu.run("--drain-everything").returncode == 2
