@@ -15,6 +15,10 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOTFS=$("$HERE/rootfs.sh" "$CACHE" "$SUITE" node)
 key=$( (basename "$ROOTFS"; grep -v -E '^\s*(#|$)' "$LIST" | sort -u) | sha256sum | cut -c1-12)
 REPO="$CACHE/apt-repo-$SUITE-$key"
+# one build at a time per repository (two local clusters may come up side by side): the second
+# caller waits, then finds it complete (standin.sh returns at once on its stamp)
+exec 9>"$CACHE/.apt-repo-$SUITE-$key.lock"
+flock -w 900 9 || { echo "repo.sh: another build of $REPO held its lock for 900 s" >&2; exit 1; }
 if [ ! -f "$REPO/debian/.complete" ]; then
   command -v dpkg-scanpackages >/dev/null || { echo "dpkg-scanpackages missing: apt-get install -y dpkg-dev" >&2; exit 2; }
   TMP=$(mktemp -d "$CACHE/.repo.XXXXXX"); trap 'rm -rf "$TMP"' EXIT

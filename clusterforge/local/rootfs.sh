@@ -39,6 +39,11 @@ MIRROR=$(grep -h -v '^ *#' /etc/apt/sources.list /etc/apt/sources.list.d/*.sourc
          | grep -o -E 'https?://[^ ]+/debian/?( |$)' | grep -v security | head -1 | tr -d ' ' || true)
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 mkdir -p "$CACHE"
+# two local clusters coming up side by side (scripts/run-tests.sh's two lanes) build one folder once:
+# the second waits for the first's build, then takes it (bounded: a build takes about a minute)
+exec 9>"$CACHE/.rootfs-$SUITE-$KIND.lock"
+flock -w 900 9 || { echo "rootfs.sh: another build of $ROOT held its lock for 900 s" >&2; exit 1; }
+if [ -f "$ROOT/.complete" ]; then echo "$ROOT"; exit 0; fi
 TMP=$(mktemp -d "$CACHE/.rootfs.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 LOG="$CACHE/debootstrap-$SUITE-$KIND.log"

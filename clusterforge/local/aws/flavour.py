@@ -333,7 +333,8 @@ def departed(aws: AwsFlavour) -> list[tuple[str, str, str]]:
 def rejoin(aws: AwsFlavour, *, say: Callable[[str], Any], timeout: float = REJOIN_TIMEOUT_S) -> Rejoin:
     """Take the nodes of departed instances DOWN (their --requeue jobs requeue), release their
     claims, wait for the Auto Scaling group's replacements to claim the freed names, configure
-    those hosts only (``--limit``), and wait until slurmd has registered each with its new address."""
+    those hosts only (``--limit``), and wait until slurmd has registered each with its new address
+    and its node agent has lifted the drain this step set (the node takes work)."""
     from clusterforge.aws import nodename
     from clusterforge.local.cluster import in_netns
 
@@ -347,7 +348,13 @@ def rejoin(aws: AwsFlavour, *, say: Callable[[str], Any], timeout: float = REJOI
     gone = departed(aws)
     for name, iid, why in gone:
         reason = why[:200]
-        p = lc.on(ctl.name, f"scontrol update nodename={name} state=down reason={_quote(reason)}", timeout=60)
+        # drained first, then DOWN (which keeps the DRAIN flag): EC2 answers "terminated" while the
+        # departing host may still run for a while, and with ReturnToService=2 one more answer from
+        # its slurmd would return a plain DOWN node to service, so the requeued job would start on
+        # it again and be requeued a second time. The replacement's node agent lifts this drain
+        # (its reason names the previous instance: node_agent.resume_stale_drain).
+        p = lc.on(ctl.name, f"scontrol update nodename={name} state=drain reason={_quote(reason)} && "
+                  f"scontrol update nodename={name} state=down reason={_quote(reason)}", timeout=60)
         if p.returncode != 0:
             raise LocalError(f"scontrol could not take {name} down: {p.stderr.strip() or p.stdout.strip()}")
         with in_netns(aws.bridge_ns):
@@ -378,11 +385,15 @@ def rejoin(aws: AwsFlavour, *, say: Callable[[str], Any], timeout: float = REJOI
             p = lc.on(ctl.name, f"scontrol show node {n.name} -o", timeout=30)
             line = p.stdout
             state = next((f.split("=", 1)[1] for f in line.split() if f.startswith("State=")), "")
+            # the drain this step set, still on: the replacement's node agent has not lifted it yet
+            ours = "DRAIN" in state and any(f"Reason={r}" in line for nm, r in res.down if nm == n.name)
             # registered: slurmctld has the instance's own address, and the node takes work
-            if f" NodeAddr={n.address} " in f" {line} " and state.split("+")[0] in ("IDLE", "ALLOCATED", "MIXED"):
+            if (f" NodeAddr={n.address} " in f" {line} " and state.split("+")[0] in ("IDLE", "ALLOCATED", "MIXED")
+                    and not ours):
                 break
             if time.monotonic() > deadline:
-                raise LocalError(f"{n.name} did not register with address {n.address} within 120 s: {line.strip()}")
+                raise LocalError(f"{n.name} did not register with address {n.address} and take work within 120 s "
+                                 f"(its node agent lifts the previous instance's drain): {line.strip()}")
             time.sleep(1)
         res.joined.append((n.name, n.instance_id or "", n.address))
         say(f"{n.name}: joined as {n.instance_id} at {n.address}")
