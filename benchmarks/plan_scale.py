@@ -31,7 +31,10 @@ GPU_GROUPS, GPU_PER_GROUP = 16, 120
 CPU_GROUPS, CPU_PER_GROUP = 4, 32
 
 
-def synthetic_spec() -> dict[str, Any]:
+def synthetic_spec(
+    gpu_groups: int = GPU_GROUPS, gpu_per_group: int = GPU_PER_GROUP, cpu_groups: int = CPU_GROUPS
+) -> dict[str, Any]:
+    """The cluster above; ``benchmarks/plan_speed.py`` varies the number of groups."""
     groups: list[dict[str, Any]] = [
         {
             "name": "head",
@@ -44,10 +47,10 @@ def synthetic_spec() -> dict[str, Any]:
             "cloud": {"instance_type": "m7i.4xlarge", "count": 1, "subnet": "public-a"},
         },
     ]
-    for i in range(GPU_GROUPS):
+    for i in range(gpu_groups):
         az = "a" if i % 2 == 0 else "b"
         capacity: dict[str, Any] = {"type": "on_demand"}
-        if i >= GPU_GROUPS // 2:
+        if i >= gpu_groups // 2:
             # a fixed two-week window (as p5-training's): the plan then has its two scheduled actions
             capacity = {"type": "capacity_block", "reservation_id": f"cr-0{i:016x}",
                         "start": "2027-01-04T11:30:00Z", "end": "2027-01-18T11:30:00Z"}
@@ -56,7 +59,7 @@ def synthetic_spec() -> dict[str, Any]:
                 "name": f"gpu{i:02d}",
                 "cloud": {
                     "instance_type": "p5.48xlarge",
-                    "count": GPU_PER_GROUP,
+                    "count": gpu_per_group,
                     "subnet": f"private-{az}",
                     "efa": True,
                     "placement_group": capacity["type"] == "on_demand",
@@ -66,7 +69,7 @@ def synthetic_spec() -> dict[str, Any]:
                 "features": ["h100", "efa"],
             }
         )
-    for i in range(CPU_GROUPS):
+    for i in range(cpu_groups):
         groups.append(
             {
                 "name": f"cpu{i}",
@@ -100,8 +103,8 @@ def synthetic_spec() -> dict[str, Any]:
         },
         "node_groups": groups,
         "partitions": [
-            {"name": "gpu", "node_groups": [f"gpu{i:02d}" for i in range(GPU_GROUPS)], "default": True},
-            {"name": "cpu", "node_groups": [f"cpu{i}" for i in range(CPU_GROUPS)]},
+            {"name": "gpu", "node_groups": [f"gpu{i:02d}" for i in range(gpu_groups)], "default": True},
+            {"name": "cpu", "node_groups": [f"cpu{i}" for i in range(cpu_groups)]},
         ],
         "storage": [
             {

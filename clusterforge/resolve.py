@@ -12,6 +12,7 @@ means the same to every verb and no module looks a profile up on its own.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,8 +70,13 @@ class ResolvedCluster:
     def slurm_version(self) -> str:
         return self.spec.slurm.version
 
+    @functools.cached_property
+    def _groups_by_name(self) -> dict[str, ResolvedGroup]:
+        return {g.name: g for g in self.groups}
+
     def group(self, name: str) -> ResolvedGroup:
-        return next(g for g in self.groups if g.name == name)
+        """The group named ``name`` (a lookup, not a scan: the program asks once per group)."""
+        return self._groups_by_name[name]
 
     def profile(self, name: str) -> HardwareProfile:
         """The resolved profile of group ``name``; only for specs without errors."""

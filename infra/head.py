@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_aws as aws
 
 from clusterforge.aws import layout
 from clusterforge.aws.userdata import group_user_data
 from clusterforge.clusterspec.models import Cluster, EbsStateStorage, NodeGroup
+from infra import lazy_aws as aws
 from infra.common import TOKEN_PREFIX, child_opts, instance_tags
 
 #: Where the state volume is attached (Xen types show it as /dev/xvdf; Nitro types as an NVMe disk).

@@ -9,11 +9,11 @@ import json
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_aws as aws
 
 from clusterforge.aws import iam as docs
 from clusterforge.aws.layout import aws_section, cloud_groups
 from clusterforge.clusterspec.models import Cluster
+from infra import lazy_aws as aws
 from infra.common import TOKEN_PREFIX, child_opts, cluster_tags
 
 

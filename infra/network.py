@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_aws as aws
 
 from clusterforge.aws import layout
 from clusterforge.clusterspec.models import Cluster
+from infra import lazy_aws as aws
 from infra.common import TOKEN_PREFIX, child_opts, cluster_tags
 
 

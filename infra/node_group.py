@@ -3,9 +3,9 @@
 One group is one Auto Scaling group with min = max = desired = ``count``: the number of Pulumi
 resources grows with groups, not with nodes (a 2,048-node cluster is a few dozen resources), and
 AWS replaces a failed instance by itself. Exception: a capacity-block group starts at
-min = desired = 0 and two scheduled actions follow the block's window (see ``block_schedule``). Slurm node names are not baked into instances: each
-instance claims a free name of its group's hostlist at first boot (clusterforge/aws/nodename.py,
-run by the launch template's user data).
+min = desired = 0 and two scheduled actions follow the block's window (see ``block_schedule``).
+Slurm node names are not baked into instances: each instance claims a free name of its group's
+hostlist at first boot (clusterforge/aws/nodename.py, run by the launch template's user data).
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 import pulumi
-import pulumi_aws as aws
 
 from clusterforge.aws import layout
 from clusterforge.aws.efa import NetworkInterfaceSlot, efa_interfaces, primary_interface
 from clusterforge.aws.userdata import base64_text, group_user_data
 from clusterforge.clusterspec.models import NodeGroup
 from clusterforge.resolve import ResolvedCluster
+from infra import lazy_aws as aws
 from infra.common import TOKEN_PREFIX, child_opts, cluster_tags, instance_tags
 
 CapacityType = Literal["on_demand", "spot", "capacity_block", "reservation"]
@@ -52,6 +52,20 @@ def block_schedule(count: int, start: datetime, end: datetime, now: datetime) ->
     if now >= start:  # already running: start full, only the scale-down left
         return BlockSchedule(count, (("scale-to-0", down, 0),))
     return BlockSchedule(0, (("block-start", start, count), ("scale-to-0", down, 0)))
+
+
+def clock_inputs(rc: ResolvedCluster) -> list[tuple[str, BlockSchedule]]:
+    """All the program reads from the clock: each capacity-block group's schedule now (the one
+    ``utcnow()`` call, in ``ComputeGroup``). The plan cache (``clusterforge.plan.cache``) keys a
+    plan by it, so a plan made before a block started is not reused once the block runs; a new
+    read of the clock in the program must be added here."""
+    out = []
+    for group in layout.cloud_groups(rc.spec):
+        assert group.cloud is not None
+        cap = group.cloud.capacity
+        if cap.type == "capacity_block" and cap.start and cap.end:
+            out.append((group.name, block_schedule(group.cloud.count, cap.start, cap.end, utcnow())))
+    return out
 
 
 @dataclass(frozen=True)
@@ -260,7 +274,8 @@ class ComputeGroup(pulumi.ComponentResource):
             schedule = block_schedule(args.count, args.block_start, args.block_end, utcnow())
             size = schedule.initial
             asg_tags["clusterforge:capacity-window"] = (
-                f"{iso(args.block_start)}..{iso(args.block_end)} scale-to-0 {iso(args.block_end - SCALE_DOWN_BEFORE_END)}"
+                f"{iso(args.block_start)}..{iso(args.block_end)} "
+                f"scale-to-0 {iso(args.block_end - SCALE_DOWN_BEFORE_END)}"
                 + (f" drain {iso(args.drain_at)}" if args.drain_at else "")
             )
         self.auto_scaling_group = aws.autoscaling.Group(

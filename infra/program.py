@@ -11,13 +11,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import pulumi
-import pulumi_aws as aws
 
 from clusterforge import hostlist
 from clusterforge.aws import layout
 from clusterforge.aws import outputs as out
 from clusterforge.clusterspec.models import Cluster
 from clusterforge.resolve import ResolvedCluster
+from infra import lazy_aws as aws
 from infra.common import TOKEN_PREFIX, child_opts
 from infra.head import HeadNodes, HeadNodesArgs
 from infra.iam import Iam, IamArgs

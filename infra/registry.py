@@ -8,9 +8,9 @@ name; each claims one of its group's names at first boot with a conditional writ
 from __future__ import annotations
 
 import pulumi
-import pulumi_aws as aws
 
 from clusterforge.aws.outputs import names_table
+from infra import lazy_aws as aws
 from infra.common import TOKEN_PREFIX, child_opts, cluster_tags
 
 

@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_aws as aws
 
 from clusterforge.aws import iam as docs
 from clusterforge.aws.outputs import secret_parameter_name
+from infra import lazy_aws as aws
 from infra.common import TOKEN_PREFIX, child_opts, cluster_tags
 
 #: Days a scheduled deletion of the key waits (KMS allows 7..30): the longest, so a mistaken

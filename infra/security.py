@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_aws as aws
 
 from clusterforge import hostlist
 from clusterforge.aws.layout import aws_section, cloud_groups, onprem_cidrs
 from clusterforge.clusterspec.models import Cluster, Efs, FsxLustre
+from infra import lazy_aws as aws
 from infra.common import TOKEN_PREFIX, child_opts, cluster_tags
 
 #: Lustre: LNet on TCP 988, plus 1018-1023 for the FSx servers (FSx for Lustre user guide,

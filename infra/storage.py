@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_aws as aws
 
 from clusterforge.aws import layout
 from clusterforge.clusterspec.models import Cluster, EbsStateStorage, Efs, FsxLustre
+from infra import lazy_aws as aws
 from infra.common import TOKEN_PREFIX, child_opts, cluster_tags
 
 #: Automatic daily backups of an FSx file system not linked to S3 are kept this long (0-90 days

@@ -94,13 +94,30 @@ def _load(src: SpecSource, which: str, *, plan: bool, facts_dir: Path | None) ->
         side.notes.append(f"{_where(src)} {side.error.split(':', 1)[0]}; its AWS resources are not planned")
         return side
     try:
-        from clusterforge.plan import build_plan, to_dict
-
-        plan_ = build_plan(rc, spec_path=src.spec_path, render=False)
-        side.resources = to_dict(plan_)["resources"]
+        side.resources = _planned_resources(src, rc)
     except ClusterforgeError as exc:
         side.notes.append(f"{_where(src)}: resources not planned: {exc}")
     return side
+
+
+def _planned_resources(src: SpecSource, rc: ResolvedCluster) -> dict[str, Any]:
+    """The side's planned resources, from the plan cache when its inputs have not changed since a
+    diff planned them (``clusterforge.plan.cache``: the base side is usually the same commit run
+    after run), else from running the Pulumi program under mocks (then kept for the next diff)."""
+    from clusterforge.plan import build_plan, cache, to_dict
+
+    # everything build_plan below is given besides rc; the stack defaults to the cluster's name
+    options = {"spec_path": src.spec_path, "stack": rc.spec.name, "render": False}
+    key = cache.plan_key(
+        fingerprint=src.fingerprint, facts=cache.facts_digest(rc.facts_dir), options=options,
+        clock=cache.clock_inputs(rc),
+    )
+    store = cache.PlanCache.default()
+    resources = store.get(key)
+    if resources is None:
+        resources = to_dict(build_plan(rc, spec_path=src.spec_path, render=False))["resources"]
+        store.put(key, resources)
+    return resources
 
 
 def _file_diffs(base: _Side, head: _Side) -> list[FileDiff]:

@@ -59,7 +59,9 @@ def rule(fn: Rule) -> Rule:
 
 
 def _gi(cluster: Cluster, g: NodeGroup) -> str:
-    return f"node_groups[{cluster.node_groups.index(g)}]"
+    # by identity first: ``list.index`` compares whole pydantic models, field by field
+    i = next((i for i, x in enumerate(cluster.node_groups) if x is g), None)
+    return f"node_groups[{cluster.node_groups.index(g) if i is None else i}]"
 
 
 def gpu_nodes(cluster: Cluster, ctx: RuleContext) -> int:
