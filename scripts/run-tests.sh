@@ -4,9 +4,10 @@
 # nodes, apt, systemd and Slurm's timers, while the rest of the suite is CPU-bound. Side by side
 # they finish about when the local clusters alone would. They cannot meet: every test that makes
 # network namespaces has its own /24 and name prefix (10.81 on-prem, 10.82 AWS flavour, 10.83
-# crash test, 10.84 lifecycle, 10.85 cloud nodes, 10.87 roles), and each process has its own
-# --basetemp. The roles cluster (tests/test_local_roles.py, about 5 minutes) runs after the rest
-# of the suite, in its lane: that lane would otherwise sit idle for half an hour while the on-prem
+# crash test, 10.84 lifecycle, 10.85 cloud nodes, 10.87 roles, 10.88 backup controller), and each
+# process has its own --basetemp. The roles cluster (tests/test_local_roles.py, about 5 minutes)
+# and the backup controller's (tests/test_local_failover.py) run after the rest of the suite, in
+# its lane: that lane would otherwise sit idle for half an hour while the on-prem
 # and AWS-flavour clusters run, and at most two pytest processes share the two cores. The stand-in
 # apt repositories are built once per machine (rootfs.sh/repo.sh, cached), so clusters side by side
 # never rebuild one under the other. The end-to-end output is printed when both are done (and if
@@ -18,7 +19,7 @@ base="${TMPDIR:-/tmp}/clusterforge-tests"
 mkdir -p "$base"
 log="$base/local-suite.log"
 opts=(-q -p no:cacheprovider --durations=15 "$@")
-python3 -m pytest "${opts[@]}" -m local --ignore=tests/test_local_roles.py --basetemp="$base/pytest-local" >"$log" 2>&1 &
+python3 -m pytest "${opts[@]}" -m local --ignore=tests/test_local_roles.py --ignore=tests/test_local_failover.py --basetemp="$base/pytest-local" >"$log" 2>&1 &
 local_pid=$!
 show_local() {
   echo
@@ -30,8 +31,8 @@ trap 'kill "$local_pid" 2>/dev/null; wait "$local_pid" 2>/dev/null; show_local; 
 echo "==== the rest of the suite (pytest -m 'not local'), beside the end-to-end local clusters ===="
 python3 -m pytest "${opts[@]}" -m "not local" --basetemp="$base/pytest-unit"
 rest=$?
-echo "==== the roles cluster (pytest -m local tests/test_local_roles.py), beside the other local clusters ===="
-python3 -m pytest "${opts[@]}" -m local tests/test_local_roles.py --basetemp="$base/pytest-roles"
+echo "==== the roles and backup-controller clusters (pytest -m local tests/test_local_roles.py tests/test_local_failover.py), beside the other local clusters ===="
+python3 -m pytest "${opts[@]}" -m local tests/test_local_roles.py tests/test_local_failover.py --basetemp="$base/pytest-roles"
 roles=$?
 # "no tests collected" there (a -k that matched none of its tests) is fine; anything else counts
 if [ "$roles" != 0 ] && [ "$roles" != 5 ] && { [ "$rest" = 0 ] || [ "$rest" = 5 ]; }; then rest=$roles; fi

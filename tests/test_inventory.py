@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -65,6 +66,27 @@ def test_onprem_inventory_groups_hosts_and_vars(tmp_path: Path) -> None:
     manifest = json.loads((res.manifest_dir / "manifest.json").read_text())
     assert manifest["cluster"] == "dgx-pod"
     assert {g for f in manifest["files"] for g in f["node_groups"]} <= {"head", "login", "dgx", "cpu"}
+
+
+def test_a_backup_controller_runs_slurmctld_but_not_slurmdbd_or_prometheus(tmp_path: Path) -> None:
+    """Two controllers: both are slurm_controller hosts (two slurmctld), but slurmdbd and the
+    monitoring server are the primary's (the first host) only; ansible-inventory agrees."""
+    generate_inventory(resolve_file(EXAMPLES / "local-failover.yaml"), out_dir=tmp_path / "inv")
+    hosts = _load(tmp_path / "inv" / "hosts.yml")["all"]["children"]
+    assert hosts["slurm_controller"]["children"] == {"local_failover_ctl": {}}
+    assert list(hosts["local_failover"]["children"]["local_failover_ctl"]["hosts"]) == ["ctl-1", "ctl-2"]
+    assert hosts["slurm_dbd"] == {"hosts": {"ctl-1": {}}}
+    assert hosts["monitoring_server"] == {"hosts": {"ctl-1": {}}}
+    text = (tmp_path / "inv" / "hosts.yml").read_text()
+    assert not re.search(r"[&*]id\d", text)  # no YAML anchors or aliases (one dict shared by two groups)
+    graph = subprocess.run(["ansible-inventory", "-i", str(tmp_path / "inv"), "--list"], capture_output=True,
+                           text=True, check=True).stdout
+    groups = json.loads(graph)
+    assert groups["slurm_dbd"]["hosts"] == ["ctl-1"]
+    # a single controller keeps the group form
+    generate_inventory(resolve_file(EXAMPLES / "local.yaml"), out_dir=tmp_path / "one")
+    one = _load(tmp_path / "one" / "hosts.yml")["all"]["children"]
+    assert one["slurm_dbd"] == {"children": {"local_ctl": {}}}
 
 
 def test_generated_files_say_how_to_regenerate(tmp_path: Path) -> None:

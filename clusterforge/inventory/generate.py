@@ -212,6 +212,7 @@ def build_inventory(
         )
     }
     dynamic: list[NodeGroup] = []
+    primary_hosts: dict[str, str] = {}  # feature -> the primary controller, when the group has a backup
     notes: list[str] = []
     all_hosts: dict[str, str | None] = {}
     for g in cluster.node_groups:
@@ -239,14 +240,23 @@ def build_inventory(
         elif g.fabric_type in ("infiniband", "roce"):
             by_feature["fabric_infiniband"].append(gname)
         if g.role == "controller":
-            # slurmdbd and the monitoring server live with the primary controller
-            by_feature["monitoring_server"].append(gname)
-            if cluster.accounting.enabled:
-                by_feature["slurm_dbd"].append(gname)
+            # slurmdbd and the monitoring server live with the primary controller; a backup
+            # controller (the group's second host) runs only slurmctld, so with two hosts the
+            # features name the first host rather than the whole group
+            feats = ["monitoring_server"] + (["slurm_dbd"] if cluster.accounting.enabled else [])
+            if hosts is not None and len(hosts) > 1:
+                for feat in feats:
+                    primary_hosts[feat] = next(iter(hosts))
+            else:
+                for feat in feats:
+                    by_feature[feat].append(gname)
 
     children: dict[str, Any] = {cgroup: {"children": node_groups}}
     for feat, members in by_feature.items():
-        children[feat] = {"children": {m: {} for m in members}} if members else {}
+        if feat in primary_hosts:
+            children[feat] = {"hosts": {primary_hosts[feat]: {}}}
+        else:
+            children[feat] = {"children": {m: {} for m in members}} if members else {}
     hosts_yml = {"all": {"children": children}}
 
     gs = cluster.gpu_stack
