@@ -69,7 +69,10 @@ def _load(src: SpecSource, which: str, *, plan: bool, facts_dir: Path | None) ->
     side.rc, side.findings = rc, list(rc.findings)
     c = rc.spec
     if rc.errors:
-        side.error = "does not validate: " + "; ".join(f"{f.code} at {f.path}: {f.why}" for f in rc.errors)
+        # each error with its fix: the reviewer (and the diff's author) reads only this line
+        side.error = "does not validate: " + "; ".join(
+            f"{f.code} at {f.path}: {f.why} Fix: {f.fix}" for f in rc.errors
+        )
     else:
         try:
             from clusterforge.render import render
