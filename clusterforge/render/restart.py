@@ -28,6 +28,10 @@ changed twice (gates in ``versions.py``, each with its source):
 * from 24.11 it also applies node additions, removals and node changes
   (``reconfigure_applies_node_changes``); removed or changed nodes are still drained first.
 
+About 680 lines in one module on purpose: the classification tables, the release gates applied
+to them and the three consumers' entry points are one policy, and the PR comment and the role
+must read the same tables; split, a table and its reader could drift apart.
+
 A change of the release itself (a package upgrade) restarts every daemon, slurmdbd first.
 
 One module of about 650 lines on purpose: the tables and the functions that apply them are one
