@@ -10,14 +10,14 @@ network of its own, then prints wall-clock seconds:
 * instances: moto populated -> every instance booted, user data run, name claimed;
 * configure: the playbook on all instances;
 * usable: until ``srun -N4 hostname`` answers from the four named GPU nodes;
-* replace: ``clusterforge local replace gpu-003`` (terminate in the Auto Scaling group -> the
-  replacement boots, claims gpu-003, one host configured, slurmd registered with its new address),
+* replace: ``clusterforge local replace p5-003`` (terminate in the Auto Scaling group -> the
+  replacement boots, claims p5-003, one host configured, slurmd registered with its new address),
   with its phases;
 * replacement to topology updated: from the terminate call until ``scontrol show topology`` has
-  gpu-003 under the leaf the (stand-in) DescribeInstanceTopology gives its new instance, watched
+  p5-003 under the leaf the (stand-in) DescribeInstanceTopology gives its new instance, watched
   while the replacement runs (the controller's cloud agent passes every 5 s locally,
   ``cloud_agents_interval_s``; 60 s by default, which adds up to 55 s);
-* interruption notice to node drained: a spot notice served by gpu-002's metadata stand-in until
+* interruption notice to node drained: a spot notice served by p5-002's metadata stand-in until
   ``scontrol show node`` has it DRAIN with the notice's reason (the node agent polls every
   ``poll_s``), repeated on each of three nodes.
 
@@ -74,15 +74,15 @@ def main() -> int:
             ph = {k: round(v, 1) for k, v in res.seconds.items()}
             print(f"instances to usable cluster      {total:7.1f} s  (phases: {ph}, srun ready +{wait:.1f} s)")
             aws = lc.aws()
-            old_leaf = ec2_leaves(aws)["gpu-003"]
+            old_leaf = ec2_leaves(aws)["p5-003"]
             moved: list[float] = []
 
             def watch_topology(t0: float) -> None:
                 # the cloud agent places the replacement as soon as it has claimed the name (its
                 # tag), before it is configured: watch slurmctld's view while the replace runs
                 while time.monotonic() - t0 < 600:
-                    want = ec2_leaves(aws).get("gpu-003")
-                    if want and want != old_leaf and slurm_leaves(aws).get("gpu-003") == want:
+                    want = ec2_leaves(aws).get("p5-003")
+                    if want and want != old_leaf and slurm_leaves(aws).get("p5-003") == want:
                         moved.append(time.monotonic() - t0)
                         return
                     time.sleep(0.5)
@@ -90,16 +90,16 @@ def main() -> int:
             t = time.monotonic()
             watcher = threading.Thread(target=watch_topology, args=(t,), daemon=True)
             watcher.start()
-            rj = replace(aws, "gpu-003", reason="benchmark", say=lambda _m: None)
+            rj = replace(aws, "p5-003", reason="benchmark", say=lambda _m: None)
             print(f"replacement to rejoined node     {time.monotonic() - t:7.1f} s  "
                   f"(cumulative: {({k: round(v, 1) for k, v in rj.seconds.items()})})")
             watcher.join(600)
             if not moved:
-                raise RuntimeError("gpu-003 did not reach its new EC2 leaf in scontrol show topology")
-            print(f"replacement to topology updated  {moved[0]:7.1f} s  (terminate -> gpu-003 under its new "
+                raise RuntimeError("p5-003 did not reach its new EC2 leaf in scontrol show topology")
+            print(f"replacement to topology updated  {moved[0]:7.1f} s  (terminate -> p5-003 under its new "
                   f"instance's leaf in scontrol show topology; the name was claimed at +{rj.seconds['claimed']:.1f} s)")
             drained = []
-            for node in ("gpu-001", "gpu-002", "gpu-004"):
+            for node in ("p5-001", "p5-002", "p5-004"):
                 when = interrupt(aws, node, lead_s=120)
                 t = time.monotonic()
                 reason = f"spot interruption: terminate at {when}"

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # moves it (an A.B.0.0/24: the example's VPC 10.79.0.0/16 becomes A.B.0.0/16)
 NET = os.environ.get("CLUSTERFORGE_LOCAL_AWS_TEST_NET", "10.82.0.0/24")
 AB = ".".join(NET.split(".")[:2])
-GPUS = ["gpu-001", "gpu-002", "gpu-003", "gpu-004"]
+GPUS = ["p5-001", "p5-002", "p5-003", "p5-004"]
 CB_ID = "cr-0a1b2c3d4e5f60718"
 ALL = sorted([*GPUS, "cb-001", "head-001"])
 CLI = [sys.executable, "-c", "from clusterforge.cli import main; main()"]
@@ -147,7 +147,7 @@ def test_topology_follows_the_instances(cluster: tuple[LocalCluster, dict[str, f
     wait_for("scontrol show topology to place every node under its EC2 leaf",
              lambda: slurm_leaves(lc.aws()) == want, 120, every=3)
     conf = sh(lc, "head-001", "cat /etc/slurm/topology.conf")
-    assert "aws-gpu" not in conf, conf  # the per-group fallback leaf is gone once EC2 answered
+    assert "aws-p5" not in conf, conf  # the per-group fallback leaf is gone once EC2 answered
 
 
 def test_inventory_is_the_real_aws_ec2_plugin(cluster: tuple[LocalCluster, dict[str, float]]) -> None:
@@ -174,7 +174,7 @@ def test_inventory_is_the_real_aws_ec2_plugin(cluster: tuple[LocalCluster, dict[
     data = json.loads(p.stdout)
     hosts = data["_meta"]["hostvars"]
     assert sorted(hosts) == ALL
-    assert sorted(data["local_aws_gpu"]["hosts"]) == GPUS
+    assert sorted(data["local_aws_p5"]["hosts"]) == GPUS
     for n in layout.nodes:
         addr = hosts[n.name]["ansible_host"]
         # ansible-core 2.19 marks values from an inventory plugin as unsafe in --list output
@@ -182,15 +182,15 @@ def test_inventory_is_the_real_aws_ec2_plugin(cluster: tuple[LocalCluster, dict[
 
 
 def test_a_terminated_instance_is_replaced_and_its_node_rejoins(cluster: tuple[LocalCluster, dict[str, float]]) -> None:
-    """Terminate gpu-003's instance in its Auto Scaling group (as a spot reclaim or a failed health
+    """Terminate p5-003's instance in its Auto Scaling group (as a spot reclaim or a failed health
     check does) while a requeueable 4-node job runs: the node goes DOWN with the instance's reason,
-    the job requeues, the group's replacement claims gpu-003, and after `local rejoin` (one host
-    configured) gpu-003 is back with the new address and the job runs again."""
+    the job requeues, the group's replacement claims p5-003, and after `local rejoin` (one host
+    configured) p5-003 is back with the new address and the job runs again."""
     from clusterforge.local.cluster import in_netns
 
     lc, _ = cluster
     layout = lc.layout()
-    old = layout.node("gpu-003")
+    old = layout.node("p5-003")
     job = sh(lc, "head-001", "sbatch --parsable --requeue -N4 -p gpu --wrap 'sleep 900'").strip()
     wait_for("the 4-node job to run", lambda: "JobState=RUNNING" in sh(lc, "head-001", f"scontrol show job {job}"), 60)
 
@@ -203,16 +203,16 @@ def test_a_terminated_instance_is_replaced_and_its_node_rejoins(cluster: tuple[L
                        timeout=1200, check=False)
     rejoin_s = time.monotonic() - t0
     assert p.returncode == 0, p.stdout + p.stderr
-    assert re.search(rf"gpu-003: DOWN, instance {old.instance_id} (terminated|shutting-down)", p.stdout), p.stdout
+    assert re.search(rf"p5-003: DOWN, instance {old.instance_id} (terminated|shutting-down)", p.stdout), p.stdout
 
     print(p.stdout)
-    new = lc.layout().node("gpu-003")
+    new = lc.layout().node("p5-003")
     assert new.instance_id != old.instance_id and new.address != old.address
-    info = node_info(lc, "gpu-003")
+    info = node_info(lc, "p5-003")
     assert info["NodeAddr"] == new.address, info
-    assert sh(lc, "gpu-003", "hostname").strip() == "gpu-003"
+    assert sh(lc, "p5-003", "hostname").strip() == "p5-003"
     # the other nodes were not touched: the same instances as before
-    for name in ("gpu-001", "gpu-002", "gpu-004"):
+    for name in ("p5-001", "p5-002", "p5-004"):
         assert lc.layout().node(name).instance_id == layout.node(name).instance_id
 
     def rerun() -> bool:
@@ -225,13 +225,13 @@ def test_a_terminated_instance_is_replaced_and_its_node_rejoins(cluster: tuple[L
 
 
 def test_the_replacement_moves_to_the_leaf_ec2_reports(cluster: tuple[LocalCluster, dict[str, float]]) -> None:
-    """gpu-003's replacement was launched under another network node (the stand-in places
-    instances by launch order): the agent moves gpu-003 to that leaf, nothing else moves."""
+    """p5-003's replacement was launched under another network node (the stand-in places
+    instances by launch order): the agent moves p5-003 to that leaf, nothing else moves."""
     lc, _ = cluster
     want = ec2_leaves(lc.aws())
-    wait_for("gpu-003 under the replacement's leaf in scontrol show topology",
+    wait_for("p5-003 under the replacement's leaf in scontrol show topology",
              lambda: slurm_leaves(lc.aws()) == want, 120, every=3)
-    assert slurm_leaves(lc.aws())["gpu-003"] == want["gpu-003"]
+    assert slurm_leaves(lc.aws())["p5-003"] == want["p5-003"]
 
 
 def test_an_instance_without_its_tags_is_reported_never_named(
@@ -246,7 +246,7 @@ def test_an_instance_without_its_tags_is_reported_never_named(
     cloud = json.loads((lc.state / "cloud.json").read_text())
     with in_netns(aws.bridge_ns):
         ec2, _asg, _ddb = aws.clients()
-        some_gpu = lc.layout().node("gpu-001").instance_id
+        some_gpu = lc.layout().node("p5-001").instance_id
         ud = ec2.describe_instance_attribute(InstanceId=some_gpu, Attribute="userData")["UserData"]["Value"]
         import base64
 
@@ -262,7 +262,7 @@ def test_an_instance_without_its_tags_is_reported_never_named(
         return [n for n in lc.status()["notes"] if n.startswith(bad) and "claim failed" in n]
 
     notes = wait_for("the untagged instance's failed claim in local status", reported, 240, every=3)
-    assert f"instance {bad} lacks tag clusterforge:group=gpu" in notes[0], notes
+    assert f"instance {bad} lacks tag clusterforge:group=p5" in notes[0], notes
     live = [i for i in lc.status()["instances"].values() if i["state"] != "gone" and i["name"]]
     assert sorted(i["name"] for i in live) == ALL
     with in_netns(aws.bridge_ns):
@@ -385,19 +385,19 @@ def test_capacity_block_nodes_wait_for_the_block_and_drain_before_its_end(
 def test_scale_in_by_two_drains_and_terminates_the_same_two_nodes(
     cluster: tuple[LocalCluster, dict[str, float]],
 ) -> None:
-    """`clusterforge local retire gpu-[003-004]` (the diff's drain list for count 4 -> 2): those two
+    """`clusterforge local retire p5-[003-004]` (the diff's drain list for count 4 -> 2): those two
     nodes are drained with the scale-in reason, exactly their instances terminate, the group's
-    desired capacity is 2 and no replacement is launched; gpu-001/002 keep their instances."""
+    desired capacity is 2 and no replacement is launched; p5-001/002 keep their instances."""
     from clusterforge.aws import nodename
     from clusterforge.aws.outputs import names_table
     from clusterforge.local.cluster import in_netns
 
     lc, _ = cluster
     before = {n.name: n.instance_id for n in lc.layout().nodes}
-    p = subprocess.run([*CLI, "local", "retire", "gpu-[003-004]", "--requeue", "--state", str(lc.state)],
+    p = subprocess.run([*CLI, "local", "retire", "p5-[003-004]", "--requeue", "--state", str(lc.state)],
                        capture_output=True, text=True, timeout=900, check=False)
     assert p.returncode == 0, p.stdout + p.stderr
-    for n in ("gpu-003", "gpu-004"):
+    for n in ("p5-003", "p5-004"):
         assert "Reason=scale-in: retired by clusterforge" in sh(lc, "head-001", f"scontrol show node {n} -o")
     aws = lc.aws()
     with in_netns(aws.bridge_ns):
@@ -409,11 +409,11 @@ def test_scale_in_by_two_drains_and_terminates_the_same_two_nodes(
         groups = asg.describe_auto_scaling_groups()["AutoScalingGroups"]
         held = nodename.holders(ddb, table=names_table("local-aws"))
     gone = {iid for iid, st in states.items() if st in ("shutting-down", "terminated")}
-    assert {before["gpu-003"], before["gpu-004"]} <= gone
-    for n in ("gpu-001", "gpu-002", "cb-001", "head-001"):
+    assert {before["p5-003"], before["p5-004"]} <= gone
+    for n in ("p5-001", "p5-002", "cb-001", "head-001"):
         assert states[before[n]] == "running", (n, states)
-    gpu = next(g for g in groups if any(t["Key"] == "clusterforge:group" and t["Value"] == "gpu" for t in g.get("Tags", [])))
+    gpu = next(g for g in groups if any(t["Key"] == "clusterforge:group" and t["Value"] == "p5" for t in g.get("Tags", [])))
     assert gpu["DesiredCapacity"] == 2, gpu
     live = [i for i in gpu["Instances"] if i["LifecycleState"] in ("Pending", "InService")]
-    assert sorted(i["InstanceId"] for i in live) == sorted([before["gpu-001"], before["gpu-002"]]), live
-    assert "gpu-003" not in held and "gpu-004" not in held, held
+    assert sorted(i["InstanceId"] for i in live) == sorted([before["p5-001"], before["p5-002"]]), live
+    assert "p5-003" not in held and "p5-004" not in held, held

@@ -760,8 +760,27 @@ def test_second_configure_changes_nothing_and_keeps_secrets(cluster: tuple[Local
                    **r.seconds}, fh)
 
 
+def test_a_second_cluster_with_the_same_node_names_is_refused(cluster: tuple[LocalCluster, Runs], tmp_path: Path) -> None:
+    """Slurm names its cgroup v1 folders slurm_<node> machine-wide: the running cluster's slurmds
+    own /sys/fs/cgroup/*/slurm_gpu-001 and the rest, so `local up` of the same names on another
+    network is refused (before it makes anything), naming the nodes and the running cluster."""
+    lc, _ = cluster
+    other = tmp_path / "other"
+    p = cli("local", "up", str(SPEC), "--nodes-only", "--net", CRASH_NET, "--boot", BOOT, "--state", str(other))
+    assert p.returncode != 0
+    assert "node name(s) cpu-001, cpu-002, gpu-001, gpu-002 are in use by local cluster local" in p.stderr, p.stderr
+    assert f"clusterforge local down --state {lc.state.resolve()}" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+    assert not other.exists()
+    assert not [n for n in netns_list() if n.startswith(prefix(CRASH_NET) + "-")]
+
+
 def test_down_removes_everything_and_is_safe_twice(cluster: tuple[LocalCluster, Runs]) -> None:
     lc, _ = cluster
+    from clusterforge.local import registry
+
+    entry = registry._entry(lc.state)
+    assert entry.is_file() and "gpu-001" in entry.read_text()
     pids = [int(p) for p in (lc.state / "pids").read_text().split()]
     netns = (lc.state / "netns").read_text().split()
     removed = lc.down()
@@ -773,6 +792,7 @@ def test_down_removes_everything_and_is_safe_twice(cluster: tuple[LocalCluster, 
     assert not [c for c in Path("/sys/fs/cgroup").glob("*/slurm_*") if c.name[6:] in NODES]
     mounts = Path("/proc/self/mountinfo").read_text()
     assert str(lc.state) not in mounts
+    assert not entry.exists()  # its node names are free for the next cluster
     assert lc.down() == []  # a second down finds nothing and does not fail
 
 

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "examples" / "local-roles.yaml"
 #: its own network, not the demo's (10.79), test_local_cluster's (10.81) or the AWS flavour's
 NET = os.environ.get("CLUSTERFORGE_ROLES_TEST_NET", "10.87.0.0/24")
-NODES = ["ctl", "mi-01", "cpu-001"]
+NODES = ["ctl", "mi-01", "cpu-01"]
 ROCM_VERSION = "6.3.0.60300-39~22.04"  # the stand-in repository's, in AMD's version scheme
 
 pytestmark = [pytest.mark.local]
@@ -160,22 +160,22 @@ def test_rdma_tools_without_hardware(cluster: tuple[LocalCluster, Runs]) -> None
 
 def test_efa_installer_was_downloaded_verified_and_run(cluster: tuple[LocalCluster, Runs]) -> None:
     lc, _ = cluster
-    marker = sh(lc, "cpu-001", "cat /opt/amazon/efa_installed_packages")
+    marker = sh(lc, "cpu-01", "cat /opt/amazon/efa_installed_packages")
     assert marker.startswith("# EFA installer version: 1.40.0\n")
     # the tarball the role fetched is the one the SHA256SUMS next to it names
-    got = sh(lc, "cpu-001", "sha256sum /var/cache/clusterforge/efa-1.40.0/installer.tar.gz").split()[0]
-    want = sh(lc, "cpu-001", "curl -sf http://$(ip route | awk '/default/ {print $3}'):8081/efa/SHA256SUMS").split()[0]
+    got = sh(lc, "cpu-01", "sha256sum /var/cache/clusterforge/efa-1.40.0/installer.tar.gz").split()[0]
+    want = sh(lc, "cpu-01", "curl -sf http://$(ip route | awk '/default/ {print $3}'):8081/efa/SHA256SUMS").split()[0]
     assert got == want
     for pkg in ("libfabric-aws", "openmpi40-aws", "efa-config", "efa-profile", "aws-ofi-nccl", "ibverbs-utils"):
-        assert installed(lc, "cpu-001", pkg) is not None, f"{pkg} is not installed on cpu-001"
-    assert installed(lc, "cpu-001", "efa") is None  # --skip-kmod: no kernel module package
-    assert "memlock unlimited" in sh(lc, "cpu-001", "cat /etc/security/limits.d/efa.conf")
-    assert sh(lc, "cpu-001", "cat /etc/ld.so.conf.d/clusterforge-aws-ofi-nccl.conf").splitlines()[-1] == (
+        assert installed(lc, "cpu-01", pkg) is not None, f"{pkg} is not installed on cpu-01"
+    assert installed(lc, "cpu-01", "efa") is None  # --skip-kmod: no kernel module package
+    assert "memlock unlimited" in sh(lc, "cpu-01", "cat /etc/security/limits.d/efa.conf")
+    assert sh(lc, "cpu-01", "cat /etc/ld.so.conf.d/clusterforge-aws-ofi-nccl.conf").splitlines()[-1] == (
         "/opt/amazon/ofi-nccl/lib"
     )
-    sh(lc, "cpu-001", "test -f /opt/amazon/ofi-nccl/lib/libnccl-net.so")
+    sh(lc, "cpu-01", "test -f /opt/amazon/ofi-nccl/lib/libnccl-net.so")
     # no EFA device here: the provider finds none (the check the role skips with efa_expect_devices)
-    p = run(lc, "cpu-001", "/opt/amazon/efa/bin/fi_info -p efa")
+    p = run(lc, "cpu-01", "/opt/amazon/efa/bin/fi_info -p efa")
     assert p.returncode == 1 and "fi_getinfo: -61" in p.stderr, (p.returncode, p.stderr)
     # only the EFA host ran it
     assert run(lc, "mi-01", "test -e /opt/amazon/efa_installed_packages").returncode == 1
@@ -184,11 +184,11 @@ def test_efa_installer_was_downloaded_verified_and_run(cluster: tuple[LocalClust
 def test_efa_installer_refuses_what_the_real_one_refuses(cluster: tuple[LocalCluster, Runs]) -> None:
     lc, _ = cluster
     d = "cd /var/cache/clusterforge/efa-1.40.0/aws-efa-installer && "
-    p = run(lc, "cpu-001", d + "./efa_installer.sh -y --bogus")
+    p = run(lc, "cpu-01", d + "./efa_installer.sh -y --bogus")
     assert p.returncode == 1 and "unknown option --bogus" in p.stderr
-    assert "--skip-limit-conf" in sh(lc, "cpu-001", d + "./efa_installer.sh --help")
+    assert "--skip-limit-conf" in sh(lc, "cpu-01", d + "./efa_installer.sh --help")
     # without --no-verify it looks for an EFA device, and there is none
-    p = run(lc, "cpu-001", d + "./efa_installer.sh -y --skip-kmod")
+    p = run(lc, "cpu-01", d + "./efa_installer.sh -y --skip-kmod")
     assert p.returncode == 1 and "no EFA device found" in p.stderr
 
 
@@ -197,14 +197,14 @@ def test_efa_installer_refuses_what_the_real_one_refuses(cluster: tuple[LocalClu
 
 def test_nvme_stand_in_is_formatted_and_mounted(cluster: tuple[LocalCluster, Runs]) -> None:
     lc, _ = cluster
-    fstype, source = sh(lc, "cpu-001", "findmnt -n -o FSTYPE,SOURCE /scratch").split()
+    fstype, source = sh(lc, "cpu-01", "findmnt -n -o FSTYPE,SOURCE /scratch").split()
     assert fstype == "xfs" and re.fullmatch(r"/dev/loop\d+", source), (fstype, source)
-    assert sh(lc, "cpu-001", "blkid -o value -s TYPE " + source).strip() == "xfs"
-    assert sh(lc, "cpu-001", "stat -c %a /scratch").strip() == "1777"
-    fstab = sh(lc, "cpu-001", "cat /etc/fstab")
+    assert sh(lc, "cpu-01", "blkid -o value -s TYPE " + source).strip() == "xfs"
+    assert sh(lc, "cpu-01", "stat -c %a /scratch").strip() == "1777"
+    fstab = sh(lc, "cpu-01", "cat /etc/fstab")
     assert re.search(rf"^{source} /scratch xfs defaults,noatime,nofail 0 0$", fstab, re.M), fstab
     # one disk: no md array, no mdadm
-    assert installed(lc, "cpu-001", "mdadm") is None
+    assert installed(lc, "cpu-01", "mdadm") is None
     # the loop device is the one the local layer recorded for this cluster
     assert source in (lc.state / "standins" / "loops").read_text().split()
 

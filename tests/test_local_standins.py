@@ -17,8 +17,8 @@ SPEC = ROOT / "examples" / "local-roles.yaml"
 
 def test_the_example_stand_in_file_gives_cpu_001_efa_and_one_disk() -> None:
     assert standin_hw.sidecar(SPEC) == ROOT / "examples" / "standins" / "local-roles.yaml"
-    got = standin_hw.read_standins(SPEC, ["ctl", "mi-01", "cpu-001"])
-    assert got == {"cpu-001": standin_hw.HostStandins(efa=True, nvme_disks=1, nvme_mount="/scratch")}
+    got = standin_hw.read_standins(SPEC, ["ctl", "mi-01", "cpu-01"])
+    assert got == {"cpu-01": standin_hw.HostStandins(efa=True, nvme_disks=1, nvme_mount="/scratch")}
 
 
 def test_a_spec_without_a_stand_in_file_has_none() -> None:
@@ -46,7 +46,7 @@ def test_a_bad_stand_in_file_is_refused_with_the_key(tmp_path: Path, text: str, 
 def test_amd_gpus_come_from_the_profile_and_nodes_sh_fakes_no_nvidia_devices_for_them() -> None:
     assert standin_hw.amd_gpus(SPEC) == {"mi-01": 8}  # mi300x-8gpu
     lay = plan_layout(SPEC, "10.87.9.0/24")
-    assert {n.name: n.gpus for n in lay.nodes} == {"ctl": 0, "mi-01": 0, "cpu-001": 0}
+    assert {n.name: n.gpus for n in lay.nodes} == {"ctl": 0, "mi-01": 0, "cpu-01": 0}
 
 
 def test_every_role_variable_is_one_a_role_declares() -> None:

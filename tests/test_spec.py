@@ -317,7 +317,7 @@ CASES: list[tuple[str, str, Mut, Level]] = [
     ("onprem-dgx.yaml", "slurm-not-shipped", lambda d: d["slurm"].update(version="24.05"), Level.ERROR),
     # the AMI is the other half of the OS/Slurm pair: p5-training's default DLAMI is Ubuntu 24.04
     ("p5-training.yaml", "ami-os-mismatch", lambda d: d.update(os="ubuntu-22.04"), Level.ERROR),
-    ("local-aws.yaml", "ami-os-mismatch", lambda d: _g(d, "gpu")["cloud"].update(
+    ("local-aws.yaml", "ami-os-mismatch", lambda d: _g(d, "p5")["cloud"].update(
         ami="resolve:ssm:/aws/service/canonical/ubuntu/server/noble/stable/current/amd64/hvm/ebs-gp3/ami-id"), Level.ERROR),
     ("onprem-dgx.yaml", "blocksizes-needs-2405", lambda d: (
         d["slurm"].update(version="23.11"), d["topology"].update(blocks=[{"name": "b1", "hosts": "dgx-[001-008]"}], block_sizes=[8])), Level.ERROR),

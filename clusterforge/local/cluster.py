@@ -204,7 +204,7 @@ class LocalCluster:
         else:
             layout = plan_layout(Path(spec_path), net, os_name=os_name, boot=check_boot(boot or DEFAULT_BOOT),
                                  torch=TORCH_VERSION if torch else None)
-            rootfs, repo = self._prepare(layout, say, seconds)
+            rootfs, repo = self._prepare(layout, say, seconds, [n.name for n in layout.nodes if n.role == "compute"])
             layers = self._layers(layout, rootfs, say, seconds)
             binds = self._shared_folders(layout)
             t = time.monotonic()
@@ -244,7 +244,8 @@ class LocalCluster:
         rc = resolve_file(spec_path).require_valid("run locally")
         layout = fl.plan_aws_layout(rc, spec_path, net)
         seconds: dict[str, float] = {}
-        rootfs, repo = self._prepare(layout, say, seconds)
+        # the instances claim their names at boot, from the group's hosts: those are the names
+        rootfs, repo = self._prepare(layout, say, seconds, [h for g in rc.with_role("compute") for h in g.hosts])
         self._nodes_sh("bridge", rootfs, repo, layout.net, layout.prefix, timeout=120)
         aws = fl.AwsFlavour(self, layout)
         t = time.monotonic()
@@ -262,12 +263,24 @@ class LocalCluster:
             seconds["configure"] = time.monotonic() - t
         return UpResult(layout=layout, seconds=seconds, configure=result)
 
-    def _prepare(self, layout: LocalLayout, say: Callable[[str], Any], seconds: dict[str, float]) -> tuple[str, str]:
-        """Print the overrides, make the state folder, the cached rootfs (the local image; the AWS
-        flavour's AMI) and apt repository, and write the state files. Returns (rootfs, repo)."""
+    def _prepare(
+        self, layout: LocalLayout, say: Callable[[str], Any], seconds: dict[str, float], slurmd_names: Sequence[str],
+    ) -> tuple[str, str]:
+        """Claim the slurmd node names (registry.py), print the overrides, make the state folder,
+        the cached rootfs (the local image; the AWS flavour's AMI) and apt repository, and write
+        the state files. Returns (rootfs, repo)."""
+        from clusterforge.local import registry
+
+        existed = self.state.exists()
+        self.state.mkdir(parents=True, exist_ok=True)
+        try:
+            registry.claim(self.state, layout.cluster, slurmd_names, layout.source)
+        except LocalError:
+            if not existed:
+                self.state.rmdir()  # refused before anything was made: leave nothing behind
+            raise
         for o in layout.overrides:
             say(f"local override: {o}")
-        self.state.mkdir(parents=True, exist_ok=True)
         os.chmod(self.state, 0o700)
         t = time.monotonic()
         cache = os.environ.get("CLUSTERFORGE_CACHE", "/var/cache/clusterforge")
@@ -462,4 +475,8 @@ class LocalCluster:
                 removed.append(f"ssh control master: {pid}")
         shutil.rmtree(self.state)
         removed.append(f"state folder {self.state}")
+        from clusterforge.local import registry
+
+        if registry.release(self.state):
+            removed.append(f"node names of {self.state} ({registry.REGISTRY})")
         return removed

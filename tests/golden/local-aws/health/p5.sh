@@ -1,5 +1,5 @@
 #!/bin/bash
-# clusterforge-healthcheck for node group gpu of cluster local-aws (Slurm 22.05).
+# clusterforge-healthcheck for node group p5 of cluster local-aws (Slurm 22.05).
 # Rendered by clusterforge from the spec's health_checks and this group's hardware profile.
 #
 #   clusterforge-healthcheck            slurm.conf's HealthCheckProgram: slurmd runs it every
