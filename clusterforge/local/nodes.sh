@@ -287,7 +287,10 @@ ROOTFS=${3:?ROOTFS}; REPO=${4:?REPO}; NET=${5:?NET}; PREFIX=${6:?PREFIX}; shift 
 if [ -f "$STATE/net.env" ]; then echo "a local cluster is already up in $STATE: run down first" >&2; exit 2; fi
 BRNS=$PREFIX-br
 if ip netns list | grep -q -E "^$PREFIX-"; then
-  echo "network namespaces $PREFIX-* exist already (another local cluster on $NET.0/24?)" >&2; exit 2
+  held=$(ip netns list | awk '{print $1}' | grep -E "^$PREFIX-" | tr '\n' ' ')
+  echo "network namespaces $PREFIX-* exist already ($held): another local cluster is up on $NET.0/24" \
+    "(take it down with \`clusterforge local down --state <its state folder>\`, or give --net another /24)," \
+    "or a run killed before its teardown left them (then \`ip netns del\` each)" >&2; exit 2
 fi
 mkdir -p "$STATE/nodes"; chmod 755 "$STATE"
 BOOT=${NODES_BOOT:-chroot}
