@@ -224,10 +224,10 @@ class Cluster:
             return False
 
     # ---------------------------------------------------------------------- the controller
-    def controller(self) -> None:
+    def controller(self) -> bool:
         """A new controller instance on the volume: its own root folder, the role's MariaDB steps
         (the datadir initialised only when it holds no system tables, as ``creates:`` does), then
-        MariaDB, slurmdbd and slurmctld, each waited for."""
+        MariaDB, slurmdbd and slurmctld, each waited for. True when it initialised the datadir."""
         root = self.w / "ctl"
         for d in ("run/mysqld", "log"):
             (root / d).mkdir(parents=True)
@@ -258,9 +258,13 @@ class Cluster:
         self._wait(root / "slurmdbd.out", "slurmdbd", lambda: self.answers("sacctmgr", "-n", "-P", "show", "cluster"), 60)
         self.start("slurmctld", self.in_ctl("slurmctld", "-D"), root / "slurmctld.out")
         self._wait(root / "slurmctld.out", "slurmctld", lambda: self.answers("squeue", "-h"), 60)
+        return fresh
 
     def _ok(self, cmd: list[str]) -> bool:
-        return subprocess.run(cmd, capture_output=True, timeout=15).returncode == 0
+        try:
+            return subprocess.run(cmd, capture_output=True, timeout=15).returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
 
     def _wait(self, log: Path, what: str, cond: Callable[[], bool], limit: float) -> None:
         """``wait`` that gives up at once when the daemon being waited for has exited."""
@@ -356,7 +360,7 @@ def test_render_puts_state_and_database_on_the_volume() -> None:
 @pytest.mark.parametrize("how", ["stop", "kill"])
 def test_replaced_controller_keeps_jobs_and_sacct_history(how: str) -> None:
     with cluster() as c:
-        c.controller()
+        assert c.controller(), "the first instance initialises the volume's datadir"
         c.start("slurmd", c.in_node("slurmd", "-D", "-N", "n1"), c.w / "node/slurmd.out")
         c._wait(c.w / "node/slurmd.out", "slurmd",
                 lambda: c.answers("squeue") and "idle" in c.cmd("sinfo", "-h", "-n", "n1", "-o", "%T"), 60)
@@ -386,7 +390,7 @@ def test_replaced_controller_keeps_jobs_and_sacct_history(how: str) -> None:
         assert (c.datadir / "mysql").is_dir() and job_state.exists()
 
         c.host("ctl")  # the new instance: a fresh namespace, fresh configs, the same volume
-        c.controller()
+        assert not c.controller(), "the new instance must find the datadir initialised"
         log = (c.w / "ctl/mariadbd.out").read_text(errors="replace")
         # InnoDB says so when it replays its redo log: after SIGKILL, and only then
         assert ("crash recovery" in log) == (how == "kill"), log[-2000:]
