@@ -4,7 +4,8 @@
 # nodes, apt, systemd and Slurm's timers, while the rest of the suite is CPU-bound. Side by side
 # they finish about when the local clusters alone would. They cannot meet: every test that makes
 # network namespaces has its own /24 and name prefix (10.81 on-prem, 10.82 AWS flavour, 10.83
-# crash test, 10.84 lifecycle, 10.85 cloud nodes, 10.87 roles, 10.88 backup controller), and each
+# crash test, 10.84 lifecycle, 10.85 cloud nodes, 10.86 real-daemon failover, 10.87 roles, 10.88
+# backup controller, 10.89 accounting across a replaced controller), and each
 # process has its own --basetemp. The first lane runs the on-prem cluster (tests/test_local_cluster.py,
 # about 32 minutes) and every other local module but two: the backup controller's
 # (tests/test_local_failover.py, about 7); the

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what clusterforge's main job and tests need on Debian 12 / Ubuntu (root): Debian's
-# Slurm and munge (the real daemons the tests load configs into), debootstrap, dpkg-dev, apt-utils
+# Slurm and munge (the real daemons the tests load configs into), slurmdbd and MariaDB (the
+# replaced-controller accounting test runs private copies of both), debootstrap, dpkg-dev, apt-utils
 # and gnupg for the local cluster's rootfs and apt repository, and the Python packages pinned in
 # requirements-ci.txt, promtool and amtool. Safe to run again: each step is
 # skipped when already satisfied.
@@ -21,13 +22,25 @@ if [ "${1:-}" = --local-torch ]; then
   exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
-APT_PKGS="slurmctld slurmd slurm-client munge debootstrap dpkg-dev apt-utils gnupg iproute2 procps bc util-linux openssh-client shellcheck systemd-container iptables"
+APT_PKGS="slurmctld slurmd slurm-client slurmdbd munge mariadb-server debootstrap dpkg-dev apt-utils gnupg iproute2 procps bc util-linux openssh-client shellcheck systemd-container iptables"
 missing=""
 for p in $APT_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
   echo "setup-deps: apt-get install$missing"
+  # The daemons' packages (slurmctld, slurmd, slurmdbd, munge, mariadb-server) start their service
+  # from the postinst through invoke-rc.d, which asks policy-rc.d first: one that answers 101 forbids
+  # it, so installing them starts nothing here (the tests run private copies of the daemons). A
+  # policy-rc.d already there (a container image's) is left as it is; ours goes when apt is done.
+  policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\n# scripts/setup-deps.sh: no service starts while it installs packages\nexit 101\n' >"$policy"
+    chmod 0755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
   timeout 600 apt-get update -qq
   timeout 900 apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  if [ -n "$policy" ]; then rm -f "$policy"; trap - EXIT; fi
 fi
 # The Python side needs python3 >= 3.11 with pip, installing where `python3` imports from: true
 # on this project's machines (Debian 12, a pyenv Python 3.11). Debian's own python3 refuses

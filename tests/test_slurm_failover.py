@@ -15,8 +15,9 @@ is then rewritten to the private folder, the way the harness in tests/slurm_netn
 private copies do. Namespaces ``cfha-*`` on 10.86.0.0/24; a private munged. Every wait is bounded;
 everything started is stopped and every namespace deleted, also on failure.
 
-Not covered here: slurmdbd and sacct history after a replacement need MariaDB, which this host
-does not have.
+Not covered here: slurmdbd and the sacct history across a replacement. tests/test_slurm_accounting_replace.py
+replaces a controller that runs slurmdbd and MariaDB on the retained volume (scripts/setup-deps.sh
+installs them).
 """
 
 from __future__ import annotations

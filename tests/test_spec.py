@@ -353,6 +353,11 @@ CASES: list[tuple[str, str, Mut, Level]] = [
         state_storage={"type": "shared", "mount": "/fsx"}), Level.ERROR),
     ("p5-training.yaml", "state-storage-unknown-mount", lambda d: d["slurm"].update(
         state_storage={"type": "shared", "mount": "/shared"}, state_save_location="/shared/slurm/state"), Level.ERROR),
+    # the state outlives the controller on shared storage; the job history on its own disk does not
+    ("p5-training.yaml", "accounting-db-not-retained", lambda d: d["slurm"].update(
+        state_storage={"type": "shared", "mount": "/fsx"}, state_save_location="/fsx/slurm/state"), Level.WARNING),
+    ("onprem-dgx.yaml", "accounting-db-not-retained", lambda d: d["slurm"].update(
+        state_storage={"type": "shared", "mount": "/lustre"}, state_save_location="/lustre/slurm/state"), Level.WARNING),
     ("hybrid.yaml", "state-ebs-not-on-aws", lambda d: d.setdefault("slurm", {}).update(
         state_storage={"type": "ebs"}, state_save_location="/srv/clusterforge-state/slurmctld"), Level.ERROR),
     ("p5-training.yaml", "no-compute", lambda d: (

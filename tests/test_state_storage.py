@@ -52,6 +52,15 @@ def test_ebs_state_on_one_cloud_controller_is_accepted_and_silences_the_warning(
     assert "state-on-root-volume" not in codes and "state-outside-storage" not in codes
 
 
+def test_shared_state_with_a_database_host_of_its_own_is_not_warned() -> None:
+    # the job history on a server that is no controller outlives a replaced controller; on the
+    # controllers (localhost or ctl's name) it does not, and InnoDB is never moved onto /fsx
+    d = _two_controllers_on_fsx()
+    assert "accounting-db-not-retained" in _codes(d)
+    d["accounting"]["storage_host"] = "db-01.example.org"
+    assert "accounting-db-not-retained" not in _codes(d)
+
+
 @pytest.mark.parametrize("bad", [4, 3601])
 def test_slurmctld_timeout_is_bounded(bad: int) -> None:
     d = example_data("p5-training")

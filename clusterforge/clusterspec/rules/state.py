@@ -8,6 +8,15 @@ system of ``storage[]`` (``shared``) for a primary/backup pair, which must both 
 same folder (slurm.conf(5), 22.05: "The backup controller recovers state information from the
 StateSaveLocation directory, which must be readable and writable from both the primary and backup
 controllers").
+
+Accounting's database is the other half of a controller's memory: ``sacct``'s job history is in
+MariaDB. With ``ebs`` state and the database on the controller, its datadir moves to the volume
+too (render/slurm.py ``mariadb_datadir``). A ``shared`` file system gets the state but never the
+datadir: MySQL's reference manual (its page on multiple data directories) warns that NFS is the
+speed bottleneck for a server's data and that no platform's NFS locking is reliable in every
+situation, and each InnoDB commit waits for an fsync of its redo log, a round trip on a network
+file system. So that spec gets a warning (``accounting-db-not-retained``) that points to a
+database host of its own, never a datadir quietly moved onto the shared mount.
 """
 
 from __future__ import annotations
@@ -93,3 +102,36 @@ def state_storage(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
             "a replaced controller starts with no jobs, reservations or node states.",
             _EBS_FIX,
         )
+
+
+@rule
+def accounting_database(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
+    """The job history must outlive the controller when its state does (see the module's doc)."""
+    a = c.accounting
+    st = c.slurm.state_storage
+    ctl = c.groups_with_role("controller")
+    hosts = [h for g in ctl for h in g.hostnames]
+    if not (a.enabled and isinstance(st, SharedStateStorage)) or a.storage_host not in ("localhost", *hosts):
+        return
+    where = "the controller's" if a.storage_host == "localhost" else f"{a.storage_host}'s"
+    lost = (
+        "AWS deletes that root volume with the instance"
+        if any(g.cloud is not None for g in ctl)
+        else "a machine that replaces it starts with an empty one"
+    )
+    one_cloud = len(ctl) == 1 and ctl[0].cloud is not None and len(hosts) == 1
+    yield Finding(
+        Level.WARNING, "accounting-db-not-retained", "accounting.storage_host", a.storage_host,
+        f"slurmdbd's MariaDB (the sacct job history) keeps its datadir on {where} own disk, and {lost}: "
+        f"a replaced controller finds its jobs in {st.mount} but not their accounting history. The datadir "
+        f"is not moved to {st.mount}: MySQL's manual advises against a data directory on NFS (file locking "
+        "is not reliable there).",
+        "set accounting.storage_host to a database server that is not a controller (the site's own MariaDB, "
+        "or Amazon RDS for MariaDB on AWS), whose storage is kept and backed up"
+        + (
+            "; or, with this one controller, slurm.state_storage: {type: ebs} and state_save_location below "
+            f"{STATE_VOLUME_MOUNT} (the datadir moves to that volume)."
+            if one_cloud
+            else "."
+        ),
+    )
