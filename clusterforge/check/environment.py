@@ -23,6 +23,7 @@ from clusterforge.render.manifest import Manifest
 __all__ = [
     "HOST_TOOLS",
     "ROOTFS_BUILD_TIMEOUT_S",
+    "address_hostlist",
     "cache_dir",
     "daemon_version",
     "node_address",
@@ -208,6 +209,24 @@ def node_address(i: int) -> str:
     if not 0 <= i < MAX_CHECK_NODES:
         raise ValueError(f"node index {i} is outside the check's {MAX_CHECK_NODES} node addresses")
     return str(ipaddress.IPv4Address(_FIRST_NODE + (i // 254) * 256 + i % 254 + 1))
+
+
+def address_hostlist(first: int, count: int) -> str:
+    """The hostlist of ``node_address(first)`` .. ``node_address(first + count - 1)``, in that
+    order: one ``127.a.b.[lo-hi]`` per /24, built from the numbers, never from 65,536 strings
+    (``copies.node_addresses`` gives each node line its addresses this way)."""
+    if count < 1 or first < 0 or first + count > MAX_CHECK_NODES:
+        raise ValueError(f"nodes {first}..{first + count - 1} are outside the check's {MAX_CHECK_NODES} node addresses")
+    parts: list[str] = []
+    i, end = first, first + count
+    while i < end:
+        block = i // 254
+        hi = min(end, (block + 1) * 254) - 1
+        prefix = str(ipaddress.IPv4Address(_FIRST_NODE + block * 256)).rsplit(".", 1)[0]
+        lo_host, hi_host = i % 254 + 1, hi % 254 + 1
+        parts.append(f"{prefix}.{lo_host}" if lo_host == hi_host else f"{prefix}.[{lo_host}-{hi_host}]")
+        i = hi + 1
+    return ",".join(parts)
 
 
 def write_hosts(path: Path, manifest: Manifest, nodes: Iterable[str] = ()) -> None:
