@@ -229,7 +229,9 @@ def address_hostlist(first: int, count: int) -> str:
     return ",".join(parts)
 
 
-def write_hosts(path: Path, manifest: Manifest, nodes: Iterable[str] = ()) -> None:
+def write_hosts(
+    path: Path, manifest: Manifest, nodes: Iterable[str] = (), index: Mapping[str, int] | None = None
+) -> None:
     """An /etc/hosts for the namespaces: the controllers (the primary gets its expected address,
     or a documentation address; the namespace's loopback carries both) and ``nodes``.
 
@@ -237,7 +239,8 @@ def write_hosts(path: Path, manifest: Manifest, nodes: Iterable[str] = ()) -> No
     every node it has no address for, so a file of N nodes made the start O(N²) (17.9 s at 16,384
     nodes). The check's copies give every node line an address instead (``copies.node_addresses``,
     from :func:`node_address`); ``nodes`` are the few names a daemon still looks up (each slurmd
-    -G probe's own node), at those same addresses."""
+    -G probe's own node), at those same addresses (``index``: ``node_index(manifest)``, worked
+    out here when not given)."""
     lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost"]
     seen = {"localhost"}
     for i, c in enumerate(manifest.expect.controllers):
@@ -246,7 +249,7 @@ def write_hosts(path: Path, manifest: Manifest, nodes: Iterable[str] = ()) -> No
             seen.add(c.name)
     wanted = [n for n in nodes if n not in seen]
     if wanted:
-        index = node_index(manifest)
+        index = node_index(manifest) if index is None else index
         lines += [f"{node_address(index[n])} {n}" for n in dict.fromkeys(wanted) if n in index]
     path.write_text("\n".join(lines) + "\n")
     path.chmod(0o644)
