@@ -497,7 +497,8 @@ def test_good_fixture_passes_and_cleans_up(tmp_path: Path, workdirs: list[str]) 
     assert {o.file for o in report.overrides if o.key == "MaxNodeCount"} == {
         "slurm.conf (slurmctld)", "slurm.conf (slurmd -G)"
     }
-    assert {"parse", "slurmctld_start", "scontrol", "total"} <= set(report.timings)
+    assert {"parse", "slurmctld_start", "slurmctld_start_cpu", "scontrol", "total"} <= set(report.timings)
+    assert "slurmd_G_cpu:gpu-001" in report.timings  # CPU seconds: the figure a loaded box keeps
     assert leftovers(workdirs) == []
 
 
