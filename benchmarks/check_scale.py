@@ -7,7 +7,9 @@ The cluster is examples/p5-training.yaml with its two compute groups scaled to N
 host's Debian 12 daemons; other releases run their family's cached root filesystem). Each render
 is checked ``--repeat`` times, one check at a time (each makes its private namespaces and removes
 them). Figures: the median of the whole check and of ``slurmctld_start`` (from starting slurmctld
-to its "Running as primary controller" line), and the other steps' medians. Needs root.
+to its "Running as primary controller" line), and the other steps' medians, among them the CPU
+seconds slurmctld used to that line (``slurmctld_start_cpu``) and ``slurmd -G`` used
+(``slurmd_G_cpu``): on a loaded machine those stay put while the wall times grow. Needs root.
 """
 
 from __future__ import annotations

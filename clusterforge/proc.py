@@ -188,6 +188,17 @@ class Daemon:
         except ChildProcessError:
             return False
 
+    def cpu_seconds(self) -> float | None:
+        """CPU time (user + system, all its threads) the process has used so far, from
+        ``/proc/PID/stat``; None when it cannot be read (gone, not Linux). A figure the load of
+        the machine does not inflate the way it does wall time."""
+        try:
+            with open(f"/proc/{self.popen.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return None
+
     def wait_exit(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for it to exit, without reaping it; True if it did."""
         end = time.monotonic() + timeout

@@ -213,6 +213,32 @@ def test_unaddressed_node_lines_get_the_checks_ip_literals(tmp_path: Path) -> No
     assert [(o.key, o.original) for o in report.overrides] == [("NodeAddr", None)]
 
 
+def test_address_hostlists_are_the_node_addresses_in_order() -> None:
+    # built per /24 from the numbers (a 65,536-node copy in ms), across the 127.1.255 -> 127.2.0 step
+    from clusterforge import hostlist
+    from clusterforge.check.environment import MAX_CHECK_NODES, address_hostlist, node_address
+
+    cases = [(0, 1), (0, 254), (0, 255), (253, 2), (254 * 255 - 3, 10), (1000, 65_536), (MAX_CHECK_NODES - 5, 5)]
+    for first, count in cases:
+        want = [node_address(i) for i in range(first, first + count)]
+        assert hostlist.expand(address_hostlist(first, count)) == want, (first, count)
+    assert address_hostlist(254 * 255 - 3, 10) == "127.1.254.[252-254],127.1.255.[1-7]"
+    for first, count in ((0, 0), (-1, 2), (MAX_CHECK_NODES - 1, 2)):
+        with pytest.raises(ValueError):
+            address_hostlist(first, count)
+
+
+def test_nodes_numbered_out_of_order_keep_their_own_addresses(tmp_path: Path) -> None:
+    from clusterforge import hostlist
+    from clusterforge.check.environment import node_address
+
+    index = {"n1": 5, "n2": 3, "n3": 4}
+    rw, _ = _rewriter(tmp_path)
+    out = rw.node_addresses("NodeName=n[1-3] CPUs=8\n", index, copies.CTLD_FILE)
+    addr = out.split()[1].removeprefix("NodeAddr=")
+    assert hostlist.expand(addr) == [node_address(i) for i in (5, 3, 4)]
+
+
 def test_node_table_is_sized_before_the_nodes_are_read(tmp_path: Path) -> None:
     rw, report = _rewriter(tmp_path)
     assert "MaxNodeCount=700\n" in rw.node_table("SelectType=select/cons_tres\n", 700)
@@ -467,7 +493,12 @@ def test_good_fixture_passes_and_cleans_up(tmp_path: Path, workdirs: list[str]) 
     keys = {o.key for o in report.overrides}
     assert {"StateSaveLocation", "SlurmctldPidFile", "SlurmdSpoolDir", "SlurmdParameters"} <= keys
     assert not {"NodeName", "PartitionName", "GresTypes"} & keys
-    assert {"parse", "slurmctld_start", "scontrol", "total"} <= set(report.timings)
+    # both daemons build the node table once (slurmd -G grew it 100 records at a time)
+    assert {o.file for o in report.overrides if o.key == "MaxNodeCount"} == {
+        "slurm.conf (slurmctld)", "slurm.conf (slurmd -G)"
+    }
+    assert {"parse", "slurmctld_start", "slurmctld_start_cpu", "scontrol", "total"} <= set(report.timings)
+    assert "slurmd_G_cpu:gpu-001" in report.timings  # CPU seconds: the figure a loaded box keeps
     assert leftovers(workdirs) == []
 
 

@@ -58,6 +58,15 @@ def test_daemon_lines_stop_and_group_kill() -> None:
     assert not os.path.exists(f"/proc/{child}")
 
 
+def test_cpu_seconds_counts_the_childs_work_until_it_is_reaped() -> None:
+    d = proc.start(["sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"])
+    assert d.wait_exit(60)
+    cpu = d.cpu_seconds()  # an exited, unreaped child still has its figures
+    assert cpu is not None and cpu > 0
+    d.stop()
+    assert d.cpu_seconds() is None  # reaped: nothing to read, and no error
+
+
 def test_wait_for_gives_up_at_the_deadline() -> None:
     d = proc.start(["sleep", "30"])
     try:

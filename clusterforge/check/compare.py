@@ -5,6 +5,7 @@ output into records, and comparing them with the manifest's typed ``expect``
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import yaml
 
@@ -58,13 +59,12 @@ _KV_START = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/]*)=")
 
 
 def parse_kv(line: str) -> dict[str, str]:
-    """``Key=value Key2=value with spaces`` (scontrol -o) → dict; a value runs to the next key."""
-    out: dict[str, str] = {}
-    matches = list(_KV_START.finditer(line))
-    for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
-        out[m.group(1)] = line[m.end() : end].strip()
-    return out
+    """``Key=value Key2=value with spaces`` (scontrol -o) → dict; a value runs to the next key.
+
+    One ``split`` on the keys: ``[before, key, value, key, value, …]`` (65,536 node records in
+    about a second; the last of a repeated key wins)."""
+    parts = _KV_START.split(line)
+    return dict(zip(parts[1::2], [v.strip() for v in parts[2::2]], strict=True))
 
 
 def records(text: str, first_key: str) -> dict[str, dict[str, str]]:
@@ -188,33 +188,62 @@ def compare_config(report: CheckReport, config: dict[str, str], expect: Expect) 
 
 def compare_nodes(report: CheckReport, expect: Expect) -> None:
     expected: set[str] = set()
+    gres: dict[str | None, list[str]] = {}  # scontrol's Gres= text -> norm_gres: a few per cluster
+    features: dict[str | None, set[str]] = {}
     for node in expect.nodes:
+        want = _NodeWant.of(node)
         for n in names(node.names):
             expected.add(n)
             got = report.nodes.get(n)
             if got is None:
                 report.add(ProblemKind.NODE_MISSING, f"slurmctld does not know node {n} (group {node.group})", n)
-            else:
-                _compare_node(report, node, n, got)
+                continue
+            g, f = got.get("Gres"), got.get("AvailableFeatures")
+            if g not in gres:
+                gres[g] = norm_gres(g)
+            if f not in features:
+                features[f] = _features(f)
+            _compare_node(report, node, want, n, got, gres[g], features[f])
     for n in sorted(set(report.nodes) - expected):
         report.add(ProblemKind.NODE_UNEXPECTED, f"slurmctld knows node {n}, which expect does not list", n)
 
 
-def _compare_node(report: CheckReport, node: ExpectNode, n: str, got: dict[str, str]) -> None:
-    # expect.sockets is per board (slurm.conf SocketsPerBoard); scontrol's "Sockets" is the
-    # node's total (Boards=2 SocketsPerBoard=2 prints Sockets=4).
-    sockets = None if node.sockets is None else node.sockets * (node.boards or 1)
-    ints = (
-        ("CPUTot", node.cpus),
-        ("Boards", node.boards),
-        ("Sockets", sockets),
-        ("CoresPerSocket", node.cores_per_socket),
-        ("ThreadsPerCore", node.threads_per_core),
-        ("RealMemory", node.real_memory),
-        ("Weight", node.weight),
-    )
-    diffs = [f"{k}={got.get(k)} (expected {v})" for k, v in ints if v is not None and got.get(k) != str(v)]
-    want_gres, got_gres = norm_gres(node.gres), norm_gres(got.get("Gres"))
+@dataclass(frozen=True)
+class _NodeWant:
+    """What every node of an ``expect.nodes`` entry must show, worked out once per entry."""
+
+    ints: tuple[tuple[str, str], ...]  # (scontrol key, expected text) of the numbers expect gives
+    gres: list[str]
+    features: set[str]
+
+    @classmethod
+    def of(cls, node: ExpectNode) -> _NodeWant:
+        # expect.sockets is per board (slurm.conf SocketsPerBoard); scontrol's "Sockets" is the
+        # node's total (Boards=2 SocketsPerBoard=2 prints Sockets=4).
+        sockets = None if node.sockets is None else node.sockets * (node.boards or 1)
+        ints = (
+            ("CPUTot", node.cpus),
+            ("Boards", node.boards),
+            ("Sockets", sockets),
+            ("CoresPerSocket", node.cores_per_socket),
+            ("ThreadsPerCore", node.threads_per_core),
+            ("RealMemory", node.real_memory),
+            ("Weight", node.weight),
+        )
+        return cls(tuple((k, str(v)) for k, v in ints if v is not None), norm_gres(node.gres), set(node.features))
+
+
+def _compare_node(
+    report: CheckReport,
+    node: ExpectNode,
+    want: _NodeWant,
+    n: str,
+    got: dict[str, str],
+    got_gres: list[str],
+    got_features: set[str],
+) -> None:
+    diffs = [f"{k}={got.get(k)} (expected {v})" for k, v in want.ints if got.get(k) != v]
+    want_gres = want.gres
     if want_gres and not got_gres:
         report.add(
             ProblemKind.GRES_DROPPED,
@@ -224,7 +253,7 @@ def _compare_node(report: CheckReport, node: ExpectNode, n: str, got: dict[str, 
         )
     elif want_gres != got_gres:
         diffs.append(f"Gres={got.get('Gres')} (expected {node.gres})")
-    if _features(got.get("AvailableFeatures")) != set(node.features):
+    if got_features != want.features:
         diffs.append(f"AvailableFeatures={got.get('AvailableFeatures')} (expected {','.join(node.features)})")
     if diffs:
         report.add(ProblemKind.NODE_MISMATCH, f"node {n}: " + "; ".join(diffs), n)

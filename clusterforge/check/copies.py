@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clusterforge import hostlist
-from clusterforge.check.environment import node_address
+from clusterforge.check.environment import address_hostlist, node_address
 from clusterforge.check.report import CheckReport, Override
 
 __all__ = ["Copies", "make_copies", "set_key", "set_munge_socket"]
@@ -81,6 +81,22 @@ def set_key(text: str, key: str, value: str | None) -> tuple[str, str | None]:
     return "\n".join(out) + "\n", old
 
 
+def _addresses(names: list[str], index: Mapping[str, int]) -> str | None:
+    """The NodeAddr hostlist giving each of ``names`` its check address, paired by position, or
+    None when a name has no number in ``index``. Names numbered in a row (every node line the
+    renderer writes: ``node_index`` numbers the names in their order) take their addresses from
+    ``environment.address_hostlist`` in O(/24 blocks); others are compressed when that keeps the
+    order, else listed one by one."""
+    if not names or any(n not in index for n in names):
+        return None
+    first = index[names[0]]
+    if [index[n] for n in names] == list(range(first, first + len(names))):
+        return address_hostlist(first, len(names))
+    addrs = [node_address(index[n]) for n in names]
+    compressed = hostlist.compress(addrs)  # sorted: only when that keeps each name's own address
+    return compressed if hostlist.expand(compressed) == addrs else ",".join(addrs)
+
+
 @dataclass(frozen=True)
 class Copies:
     """The three copies' ``slurm.conf``, each in a folder holding the whole rendered slurm/ folder
@@ -95,6 +111,8 @@ class Copies:
 class _Rewriter:
     def __init__(self, src: Path, tmp: Path, report: CheckReport) -> None:
         self.src, self.tmp, self.report = src, tmp, report
+        # (numbering, node expression) -> NodeAddr: the slurmctld and slurmd copies share the work
+        self.addresses: dict[tuple[int, str], str | None] = {}
 
     def record(self, file: str, key: str, original: str | None, value: str | None, reason: str) -> None:
         shown = value.replace(str(self.tmp), "<tmp>") if value else value
@@ -181,33 +199,35 @@ class _Rewriter:
             m = _NODE_LINE.match(line)
             keys = {w.split("=", 1)[0].lower() for w in line.split("#", 1)[0].split()}
             if m and m.group(2).lower() != "default" and not keys & {"nodeaddr", "nodehostname"}:
-                try:
-                    names = hostlist.expand(m.group(2))
-                except hostlist.HostlistError:
-                    names = []  # slurmctld's to report
-                if names and all(n in index for n in names):
-                    addrs = [node_address(index[n]) for n in names]
-                    compressed = hostlist.compress(addrs)
-                    if hostlist.expand(compressed) == addrs:  # each name keeps its own address
-                        line = f"{m.group(1)}{m.group(2)} NodeAddr={compressed}{m.group(3)}"
-                        changed += 1
+                key = (id(index), m.group(2))
+                if key not in self.addresses:
+                    try:
+                        names = hostlist.expand(m.group(2))
+                    except hostlist.HostlistError:
+                        names = []  # slurmctld's to report
+                    self.addresses[key] = _addresses(names, index)
+                addrs = self.addresses[key]
+                if addrs is not None:
+                    line = f"{m.group(1)}{m.group(2)} NodeAddr={addrs}{m.group(3)}"
+                    changed += 1
             out.append(line)
         if changed:
             self.record(file, "NodeAddr", None, f"the check's addresses on {changed} node line(s)",
                         "IP literals: no daemon looks a node name up in /etc/hosts")
         return "\n".join(out) + "\n"
 
-    def node_table(self, text: str, nodes: int) -> str:
+    def node_table(self, text: str, nodes: int, file: str = CTLD_FILE) -> str:
         """``MaxNodeCount=`` the render's node count: its default, but known before slurmctld reads
         the nodes, which otherwise grows its node table 100 records at a time and rehashes every
         node each time (grow_node_record_table_ptr, src/common/node_conf.c @ slurm-22-05-8-1):
-        half of a 65,536-node start. slurmctld takes it with select/cons_tres only."""
+        half of a 65,536-node start. Slurm takes it with select/cons_tres only. slurmd builds the
+        same table from the same lines (``slurmd -G`` too), so its copy gets it as well."""
         if _conf_value(text, "MaxNodeCount") is not None:
             return text
         if (_conf_value(text, "SelectType") or "").lower() != "select/cons_tres":
             return text
         text, _ = set_key(text, "MaxNodeCount", str(nodes))
-        self.record(CTLD_FILE, "MaxNodeCount", None, str(nodes), "the node table sized once: its default, known early")
+        self.record(file, "MaxNodeCount", None, str(nodes), "the node table sized once: its default, known early")
         return text
 
     def slurmd(self, base: str) -> str:
@@ -256,7 +276,7 @@ def make_copies(
     slurmd_text = rw.slurmd(base)
     if nodes:
         text = rw.node_table(rw.node_addresses(text, nodes, CTLD_FILE), len(nodes))
-        slurmd_text = rw.node_addresses(slurmd_text, nodes, SLURMD_FILE)
+        slurmd_text = rw.node_table(rw.node_addresses(slurmd_text, nodes, SLURMD_FILE), len(nodes), SLURMD_FILE)
     (tmp / "ctld" / "slurm.conf").write_text(text)
     (tmp / "slurmd" / "slurm.conf").write_text(slurmd_text)
     return Copies(

@@ -23,6 +23,7 @@ from clusterforge.render.manifest import Manifest
 __all__ = [
     "HOST_TOOLS",
     "ROOTFS_BUILD_TIMEOUT_S",
+    "address_hostlist",
     "cache_dir",
     "daemon_version",
     "node_address",
@@ -210,7 +211,27 @@ def node_address(i: int) -> str:
     return str(ipaddress.IPv4Address(_FIRST_NODE + (i // 254) * 256 + i % 254 + 1))
 
 
-def write_hosts(path: Path, manifest: Manifest, nodes: Iterable[str] = ()) -> None:
+def address_hostlist(first: int, count: int) -> str:
+    """The hostlist of ``node_address(first)`` .. ``node_address(first + count - 1)``, in that
+    order: one ``127.a.b.[lo-hi]`` per /24, built from the numbers, never from 65,536 strings
+    (``copies.node_addresses`` gives each node line its addresses this way)."""
+    if count < 1 or first < 0 or first + count > MAX_CHECK_NODES:
+        raise ValueError(f"nodes {first}..{first + count - 1} are outside the check's {MAX_CHECK_NODES} node addresses")
+    parts: list[str] = []
+    i, end = first, first + count
+    while i < end:
+        block = i // 254
+        hi = min(end, (block + 1) * 254) - 1
+        prefix = str(ipaddress.IPv4Address(_FIRST_NODE + block * 256)).rsplit(".", 1)[0]
+        lo_host, hi_host = i % 254 + 1, hi % 254 + 1
+        parts.append(f"{prefix}.{lo_host}" if lo_host == hi_host else f"{prefix}.[{lo_host}-{hi_host}]")
+        i = hi + 1
+    return ",".join(parts)
+
+
+def write_hosts(
+    path: Path, manifest: Manifest, nodes: Iterable[str] = (), index: Mapping[str, int] | None = None
+) -> None:
     """An /etc/hosts for the namespaces: the controllers (the primary gets its expected address,
     or a documentation address; the namespace's loopback carries both) and ``nodes``.
 
@@ -218,7 +239,8 @@ def write_hosts(path: Path, manifest: Manifest, nodes: Iterable[str] = ()) -> No
     every node it has no address for, so a file of N nodes made the start O(N²) (17.9 s at 16,384
     nodes). The check's copies give every node line an address instead (``copies.node_addresses``,
     from :func:`node_address`); ``nodes`` are the few names a daemon still looks up (each slurmd
-    -G probe's own node), at those same addresses."""
+    -G probe's own node), at those same addresses (``index``: ``node_index(manifest)``, worked
+    out here when not given)."""
     lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost"]
     seen = {"localhost"}
     for i, c in enumerate(manifest.expect.controllers):
@@ -227,7 +249,7 @@ def write_hosts(path: Path, manifest: Manifest, nodes: Iterable[str] = ()) -> No
             seen.add(c.name)
     wanted = [n for n in nodes if n not in seen]
     if wanted:
-        index = node_index(manifest)
+        index = node_index(manifest) if index is None else index
         lines += [f"{node_address(index[n])} {n}" for n in dict.fromkeys(wanted) if n in index]
     path.write_text("\n".join(lines) + "\n")
     path.chmod(0o644)

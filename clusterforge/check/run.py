@@ -99,7 +99,7 @@ class _Check:
         if not self.munge(daemons, copies.ctld, copies.slurmd):
             return
         gpu_nodes = [node for node in expect.nodes if node.gpu_count > 0]
-        environment.write_hosts(self.hosts, manifest, [slurmd.probe_node(node) for node in gpu_nodes])
+        environment.write_hosts(self.hosts, manifest, [slurmd.probe_node(node) for node in gpu_nodes], nodes)
         # slurmd -G needs no controller: run the probes while slurmctld starts (2-core CI box).
         probes = []
         for node in gpu_nodes:

@@ -148,6 +148,9 @@ class Slurmctld:
         try:
             hit = daemon.lines.wait_for(lambda ln: _PRIMARY in ln or "fatal:" in ln, self.deadline)
             self.timed("slurmctld_start", t0)
+            cpu = daemon.cpu_seconds()  # its own work to that line, however loaded the machine is
+            if cpu is not None:
+                r.timings["slurmctld_start_cpu"] = round(cpu, 3)
             if hit is not None and _PRIMARY in hit and daemon.alive():
                 t1 = time.monotonic()
                 self.query(daemon.pid, env, expect)

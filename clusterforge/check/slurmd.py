@@ -117,9 +117,12 @@ def finish_probe(report: CheckReport, probe: Probe, ctld_errors: set[str], deadl
     timed_out = False
     if waiting is None:
         timed_out = not daemon.wait_exit(max(deadline - time.monotonic(), 0.1))
+    cpu = daemon.cpu_seconds()  # readable until stop() reaps it
     daemon.stop(_GRACE_S)
     lines = daemon.lines.join(_GRACE_S)
     r.timings[f"slurmd_G:{n}"] = round(time.monotonic() - probe.t0, 3)
+    if cpu is not None:
+        r.timings[f"slurmd_G_cpu:{n}"] = round(cpu, 3)
     if NS_READY not in lines:
         r.add(ProblemKind.ENVIRONMENT, f"namespace setup for slurmd -G failed: {' | '.join(lines[-5:])}", n)
         return
