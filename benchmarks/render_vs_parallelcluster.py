@@ -19,8 +19,9 @@ has no answer off EC2.
 Both run end to end as subprocesses of the same interpreter, from bytecode compiled first (what
 `pip install` leaves), into a fresh output folder each run, in pairs whose order alternates. The
 figures: median wall time of each, the median of the per-pair ratios, and peak RSS (the child's
-``ru_maxrss`` from ``wait4``). ``--scaling`` adds a table of in-process resolve + render time for
-2k-65k nodes in 4-256 node groups: it grows with groups, not nodes.
+``ru_maxrss`` from ``wait4``); also each child's CPU time (user + system from the same ``wait4``),
+which a busy machine disturbs less than the wall time. ``--scaling`` adds a table of in-process
+resolve + render time for 2k-65k nodes in 4-256 node groups: it grows with groups, not nodes.
 """
 
 from __future__ import annotations
@@ -195,8 +196,8 @@ def instance_types() -> str:
     })
 
 
-def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KiB) of one child, which must succeed."""
+def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, int, float]:
+    """Wall seconds, peak RSS (KiB) and CPU seconds (user + system) of one child, which must succeed."""
     t = time.perf_counter()
     p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert p.stderr is not None
@@ -206,7 +207,7 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, int]:
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         raise SystemExit(f"{argv[3:] or argv} failed ({p.returncode}):\n{err.decode(errors='replace')[-2000:]}")
-    return wall, ru.ru_maxrss
+    return wall, ru.ru_maxrss, ru.ru_utime + ru.ru_stime
 
 
 def side_by_side(pairs: int, peer: Path) -> dict[str, Any]:
@@ -227,27 +228,31 @@ def side_by_side(pairs: int, peer: Path) -> dict[str, Any]:
                   str(t / "instance-types.json"), "--realmemory-to-ec2memory-ratio", "0.95",
                   "--slurmdbd-user", "slurm", "--cluster-name", "p5-training"]
 
-        def once(which: str) -> tuple[float, int]:
+        def once(which: str) -> tuple[float, int, float]:
             out = t / which
             shutil.rmtree(out, ignore_errors=True)
             return _run(ours if which == "ours" else theirs, ROOT, env)
 
         once("ours"), once("peer")  # warm the page cache; not counted
         load_before = os.getloadavg()[0]
-        runs: dict[str, list[tuple[float, int]]] = {"ours": [], "peer": []}
+        runs: dict[str, list[tuple[float, int, float]]] = {"ours": [], "peer": []}
         for i in range(pairs):
             for which in (("ours", "peer") if i % 2 == 0 else ("peer", "ours")):
                 runs[which].append(once(which))
         load_after = os.getloadavg()[0]
         peer_nodes = (t / "peer" / "pcluster" / "slurm_parallelcluster_gpu_partition.conf").read_text()
         ours_conf = (t / "ours" / "slurm" / "slurm.conf").read_text()
-    wall = {k: statistics.median(w for w, _ in v) for k, v in runs.items()}
-    rss = {k: max(r for _, r in v) for k, v in runs.items()}
+    wall = {k: statistics.median(w for w, _, _ in v) for k, v in runs.items()}
+    cpu = {k: statistics.median(c for _, _, c in v) for k, v in runs.items()}
+    rss = {k: max(r for _, r, _ in v) for k, v in runs.items()}
     ratios = [o[0] / p[0] for o, p in zip(runs["ours"], runs["peer"], strict=True)]
+    cpu_ratios = [o[2] / p[2] for o, p in zip(runs["ours"], runs["peer"], strict=True)]
     return {
         "pairs": pairs,
         "wall_s": wall,
         "wall_ratio_median": statistics.median(ratios),
+        "cpu_s": cpu,
+        "cpu_ratio_median": statistics.median(cpu_ratios),
         "peak_rss_mib": {k: v / 1024 for k, v in rss.items()},
         "rss_ratio": rss["ours"] / rss["peer"],
         "load_1m": [load_before, load_after],
@@ -328,13 +333,13 @@ def main() -> int:
     if s:
         print(f"cluster: {GPU_NODES} x p5.48xlarge + {CPU_NODES} x c7i.48xlarge (+ controller, login); "
               f"{s['pairs']} paired runs, end to end, median")
-        print(f"  clusterforge render              {s['wall_s']['ours']:.3f} s   peak RSS "
+        print(f"  clusterforge render              {s['wall_s']['ours']:.3f} s   CPU {s['cpu_s']['ours']:.3f} s   peak RSS "
               f"{s['peak_rss_mib']['ours']:.1f} MiB   ({s['ours_nodename_lines']} NodeName lines)")
-        print(f"  pcluster_slurm_config_generator  {s['wall_s']['peer']:.3f} s   peak RSS "
+        print(f"  pcluster_slurm_config_generator  {s['wall_s']['peer']:.3f} s   CPU {s['cpu_s']['peer']:.3f} s   peak RSS "
               f"{s['peak_rss_mib']['peer']:.1f} MiB   ({s['peer_nodename_lines']} NodeName lines, "
               f"{PEER_COMMIT[:12]})")
-        print(f"  ratio (ours / peer): wall {s['wall_ratio_median']:.2f} (median of pairs), "
-              f"peak RSS {s['rss_ratio']:.2f}")
+        print(f"  ratio (ours / peer): wall {s['wall_ratio_median']:.2f}, CPU {s['cpu_ratio_median']:.2f} (medians of "
+              f"pairs), peak RSS {s['rss_ratio']:.2f}")
         print(f"  machine: {figures['cpus']} CPUs, Python {figures['python']}, load average "
               f"{s['load_1m'][0]:.2f} before, {s['load_1m'][1]:.2f} after")
     if "scaling" in figures:

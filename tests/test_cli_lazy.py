@@ -7,6 +7,7 @@ change a word of help, usage or error text, and no verb may import another verb'
 
 from __future__ import annotations
 
+import ast
 import io
 import subprocess
 import sys
@@ -83,3 +84,35 @@ def test_render_imports_no_other_verbs_modules(tmp_path: Path) -> None:
     assert "clusterforge.render" in imported  # the listing is read right
     loaded = sorted(m for m in imported if m.split(".")[0] in NOT_FOR_RENDER or m.startswith(NOT_FOR_RENDER))
     assert loaded == []
+
+
+# the pydantic models a render validates or writes: the spec, the catalog, the manifest
+RENDER_MODELS = {"clusterforge.catalog", "clusterforge.catalog.os_slurm", "clusterforge.clusterspec.models",
+                 "clusterforge.clusterspec.package_repo", "clusterforge.render.manifest"}
+
+_BUILT_MODELS = """
+import contextlib, io, sys
+sys.argv[0] = "clusterforge"
+from clusterforge.cli import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    main()
+from pydantic import BaseModel
+def subs(c):
+    for s in c.__subclasses__():
+        yield s
+        yield from subs(s)
+print(sorted({m.__module__ for m in subs(BaseModel) if m.__dict__.get("__pydantic_complete__")}))
+"""
+
+
+def test_render_builds_only_the_models_it_uses(tmp_path: Path) -> None:
+    # building a pydantic model's schema costs about as much as importing a small library: a model
+    # render neither validates nor writes (the stack outputs, which agents.py imports for a name)
+    # is built when first used (defer_build), not at import
+    res = subprocess.run(
+        [sys.executable, "-c", _BUILT_MODELS, "render", str(EXAMPLES / "p5-training.yaml"), "--out",
+         str(tmp_path / "out")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert set(ast.literal_eval(res.stdout)) == RENDER_MODELS

@@ -432,3 +432,26 @@ def test_rendered_yaml_is_what_pure_python_pyyaml_writes(data: object) -> None:
 
     reference = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=WIDTH)
     assert dump_yaml(["h"], data) == "# h\n" + reference
+
+
+_JSON_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8),
+    st.sampled_from(["", "gpu-[001-016]", 'say "hi"\n\t\\', "é", "\U0001f600", "\u2028", "\x7f", "\x00", "\ud800"]),
+)
+_JSON_DATA = st.recursive(
+    _JSON_SCALARS,
+    lambda kids: st.lists(kids, max_size=4) | st.lists(kids, max_size=3).map(tuple)
+    | st.dictionaries(st.one_of(st.text(max_size=5), st.sampled_from(["a", "b", "é"])), kids, max_size=4),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=_JSON_DATA, sort_keys=st.booleans(), ensure_ascii=st.booleans())
+def test_rendered_json_is_what_json_dumps_writes(data: object, sort_keys: bool, ensure_ascii: bool) -> None:
+    # jsonfile.dumps writes with pydantic-core only where that gives json.dumps's bytes
+    from clusterforge.render.jsonfile import dumps
+
+    reference = json.dumps(data, indent=2, sort_keys=sort_keys, ensure_ascii=ensure_ascii) + "\n"
+    assert dumps(data, sort_keys=sort_keys, ensure_ascii=ensure_ascii) == reference

@@ -86,8 +86,10 @@ def secret_parameter_name(cluster: str, secret: str) -> str:
 
 
 class _Outputs(BaseModel):
-    # extra="forbid": a key this version does not know means the stack came from another version
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # extra="forbid": a key this version does not know means the stack came from another version;
+    # defer_build: the schemas are built when a stack's outputs are first read (plan, inventory),
+    # not by every module that imports this one for a name (render: names_table)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class ComputeGroupOutputs(_Outputs):

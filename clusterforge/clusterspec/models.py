@@ -9,11 +9,9 @@ together, and the JSON Schema is generated from this one module (``package_repo.
 ``types.py`` hold what can stand alone).
 """
 
-from __future__ import annotations
-
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -99,7 +97,7 @@ class Capacity(Model):
         return v.astimezone(UTC) if v is not None else None
 
     @model_validator(mode="after")
-    def _window_matches_type(self) -> Capacity:
+    def _window_matches_type(self) -> Self:
         if self.type == "capacity_block":
             for name in ("start", "end"):
                 if getattr(self, name) is None:
@@ -128,7 +126,7 @@ class Capacity(Model):
         return self
 
     @model_validator(mode="after")
-    def _reservation_matches_type(self) -> Capacity:
+    def _reservation_matches_type(self) -> Self:
         needs = self.type in ("capacity_block", "reservation")
         if needs and not self.reservation_id:
             raise ValueError(
@@ -168,7 +166,7 @@ class OnPremNodes(Model):
     placement: list[RackPlacement] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _addresses_match_hosts(self) -> OnPremNodes:
+    def _addresses_match_hosts(self) -> Self:
         n_hosts = len(hostlist.expand(self.hosts))
         if self.addresses is not None:
             n_addr = len(hostlist.expand(self.addresses))
@@ -209,7 +207,7 @@ class NodeGroup(Model):
     )
 
     @model_validator(mode="after")
-    def _one_location(self) -> NodeGroup:
+    def _one_location(self) -> Self:
         if (self.cloud is None) == (self.onprem is None):
             raise ValueError(
                 f"node group {self.name!r} needs exactly one of 'cloud' (instance_type, count) "
@@ -302,7 +300,7 @@ class FsxLustre(_StorageBase):
     s3_import_path: Annotated[str | None, Field(pattern=r"^s3://[a-z0-9.-]+(/.*)?$")] = None
 
     @model_validator(mode="after")
-    def _capacity_step(self) -> FsxLustre:
+    def _capacity_step(self) -> Self:
         # PERSISTENT_2 takes 1200 GiB or a multiple of 2400 GiB (FSx CreateFileSystem rules).
         if self.capacity_gib != 1200 and self.capacity_gib % 2400:
             raise ValueError(
@@ -380,7 +378,7 @@ class AlertRoute(Model):
     node_groups: list[Name] = Field(default_factory=list, description="match alerts of these node groups")
 
     @model_validator(mode="after")
-    def _matches_something(self) -> AlertRoute:
+    def _matches_something(self) -> Self:
         if self.severity is None and not self.node_groups:
             raise ValueError(
                 f"route to {self.receiver!r} matches every alert; give severity and/or node_groups "
@@ -398,7 +396,7 @@ class Alertmanager(Model):
     routes: list[AlertRoute] = Field(default_factory=list, description="tried in order; the first match wins")
 
     @model_validator(mode="after")
-    def _known_receivers(self) -> Alertmanager:
+    def _known_receivers(self) -> Self:
         names = [r.name for r in self.receivers]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
@@ -487,7 +485,7 @@ class GpuStack(Model):
     efa_installer: Version | None = "1.40.0"
 
     @model_validator(mode="after")
-    def _vendor_stack(self) -> GpuStack:
+    def _vendor_stack(self) -> Self:
         if self.vendor == "amd" and self.rocm is None:
             raise ValueError("gpu_stack.vendor 'amd' needs rocm (e.g. rocm: '6.3')")
         return self
@@ -627,7 +625,7 @@ class Cluster(Model):
         return groups
 
     @model_validator(mode="after")
-    def _unique_names(self) -> Cluster:
+    def _unique_names(self) -> Self:
         for what, names in (
             ("node group", [g.name for g in self.node_groups]),
             ("partition", [p.name for p in self.partitions]),

@@ -14,24 +14,29 @@ which files each host gets, are listed in :mod:`clusterforge.aws.bundle`.
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from clusterforge.aws import capacity, node_agent
-from clusterforge.aws.outputs import names_table
-from clusterforge.clusterspec.models import Cluster
-from clusterforge.render.model import TopologyModel
+from clusterforge.render import jsonfile
+
+if TYPE_CHECKING:
+    from clusterforge.clusterspec.models import Cluster
+    from clusterforge.render.model import TopologyModel
 
 AGENT_CONFIG_PATH = "/etc/clusterforge/cloud-agent.json"
 NODE_AGENT_CONFIG_PATH = "/etc/clusterforge/node-agent.json"
 AGENT_DIR = "/usr/local/lib/clusterforge-agents"
 #: package files shipped to the hosts, relative to the checkout (stdlib + boto3/jinja2/yaml only)
 def _dump(data: Any) -> str:
-    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+    return jsonfile.dumps(data, sort_keys=True)
 
 
 def agent_config(cluster: Cluster, slurm_version: str, topology: TopologyModel, topology_path: str | None) -> str:
     """``cloud/agent.json``; ``topology`` is null unless the render has a topology/tree."""
+    # the agents' own modules (stdlib programs for the hosts: urllib, socket, argparse) only here,
+    # and only for clusters with cloud compute groups
+    from clusterforge.aws import capacity
+    from clusterforge.aws.outputs import names_table
+
     basis = None
     if topology.plugin == "topology/tree" and topology.basis is not None:
         # the render chose a tree, so the agent's rebuild must be one too, even before any
@@ -51,6 +56,8 @@ def agent_config(cluster: Cluster, slurm_version: str, topology: TopologyModel, 
 
 
 def node_agent_config(cluster: Cluster) -> str:
+    from clusterforge.aws import node_agent
+
     return _dump(node_agent.config(cluster))
 
 

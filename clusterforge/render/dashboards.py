@@ -30,10 +30,10 @@ one place; split by dashboard, each file would re-import the same helpers for ~1
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from clusterforge.render import jsonfile
 from clusterforge.render.alerts import EFA_ERROR_COUNTERS, HW_SLOWDOWN_BITS, IB_ACTIVE, LOW_UTIL_PCT, THERMAL_BITS
 from clusterforge.render.model import ClusterModel
 
@@ -575,7 +575,7 @@ class Dashboard:
 
     def text(self) -> str:
         """The JSON file: key order as built (the order of Grafana's own exports), two-space indent."""
-        return json.dumps(self.data, indent=2, ensure_ascii=False) + "\n"
+        return jsonfile.dumps(self.data, ensure_ascii=False)
 
 
 def dashboards(m: ClusterModel) -> tuple[Dashboard, ...]:

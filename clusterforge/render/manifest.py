@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from clusterforge.errors import ClusterforgeError
+from clusterforge.render import jsonfile
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = 2
@@ -209,7 +210,7 @@ class Manifest(_M):
 
     def to_text(self) -> str:
         """The bytes ``render`` writes: sorted keys, so a second render writes identical bytes."""
-        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+        return jsonfile.dumps(self.model_dump(mode="json"), sort_keys=True)
 
     @classmethod
     def from_text(cls, text: str, where: str = MANIFEST_NAME) -> Manifest:
