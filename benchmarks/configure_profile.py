@@ -9,7 +9,10 @@ in ``STATE/artifacts``) wrote. Prints, from the events' own timestamps:
   next task's start (so a task's handlers and a play's fact gathering count where they run), the
   hosts it ran on, their results and the number of loop items;
 * per role: the sum of its tasks' wall-clock time;
-* the whole run's wall-clock time and its module executions (host results plus loop items).
+* the whole run's wall-clock time and its module executions (host results plus loop items that
+  were not skipped);
+* the tasks every host skipped: Ansible still starts a worker per host for each, to evaluate its
+  ``when``, so their number and wall-clock time are printed too.
 
 ``--compare`` prints a second run's wall-clock time per role beside the first (e.g. the first run
 and the idempotent re-run).
@@ -83,7 +86,7 @@ def profile(artifacts: Path) -> tuple[list[Task], float, int]:
             if kind == "playbook_on_play_start":
                 tasks.append(Task(name="(play start) " + data.get("play", ""), role="-", play=data.get("play", ""), start=at))
         elif kind.startswith("runner_item_on_"):
-            execs += 1
+            execs += 0 if kind == "runner_item_on_skipped" else 1
             for t in reversed(tasks):
                 if t.name == data.get("task") or t.name == "(handler) " + str(data.get("task")):
                     t.items += 1
@@ -127,6 +130,8 @@ def main() -> int:
     for t in sorted(tasks, key=lambda x: -x.wall)[: args.top]:
         res = " ".join(f"{k}={v}" for k, v in sorted(t.results.items()))
         print(f"{t.wall:7.1f} {100 * t.wall / total:5.1f}%  {t.role[:14]:<14} {res[:28]:<28} {t.items:5d}  {t.name[:80]}")
+    skipped = [t for t in tasks if t.results and set(t.results) == {"skipped"}]
+    print(f"\ntasks every host skipped: {len(skipped)}, {sum(t.wall for t in skipped):.1f} s wall")
     first = role_totals(tasks)
     other: dict[str, float] = {}
     other_total = 0.0
