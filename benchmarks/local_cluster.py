@@ -2,6 +2,7 @@
 
     python3 benchmarks/local_cluster.py [--cold] [--spec examples/local.yaml] [--net 10.82.0.0/24]
                                         [--os debian-12|debian-13] [--boot systemd|chroot]
+                                        [--no-again] [--profile DIR] [--state DIR]
 
 Brings ``examples/local.yaml`` up with ``clusterforge local`` in a private state folder, and
 prints per phase wall-clock seconds:
@@ -13,6 +14,11 @@ prints per phase wall-clock seconds:
 * ``down``, then ``up`` again with the rootfs and repository cached;
 * a second ``up`` on the running cluster: the idempotent re-run (must report changed=0).
 
+``--no-again`` leaves out the ``down`` and second ``up`` (first run and re-run only). Each line
+ends with the 1-minute load average before and after it: compare only runs under similar load.
+``--profile DIR`` keeps each configure run's ansible-runner events in ``DIR/<phase>`` and prints
+its ten slowest tasks (``benchmarks/configure_profile.py DIR/<phase>`` prints the whole profile).
+
 It runs on its own network (10.82.0.0/24 by default), so a demo cluster can stay up meanwhile,
 and removes everything it made at the end.
 """
@@ -20,6 +26,7 @@ and removes everything it made at the end.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -43,9 +50,15 @@ def usable(lc: LocalCluster, timeout: float = 120) -> float:
     raise RuntimeError(f"srun -N4 did not succeed within {timeout:.0f} s")
 
 
+def load1() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
 def one_up(
-    lc: LocalCluster, spec: Path, net: str, label: str, os_name: str | None = None, boot: str | None = None
+    lc: LocalCluster, spec: Path, net: str, label: str, os_name: str | None = None, boot: str | None = None,
+    profile: Path | None = None,
 ) -> dict[str, float]:
+    before = load1()
     t = time.monotonic()
     res = lc.up(spec, net=net, os_name=os_name, boot=boot)
     if res.configure is None or not res.configure.ok:
@@ -55,7 +68,16 @@ def one_up(
     total = time.monotonic() - t
     phases = {k: round(v, 1) for k, v in res.seconds.items()}
     print(f"{label:<34} {total:7.1f} s  to usable  (phases: {phases}, srun ready +{wait:.1f} s, "
-          f"changed={res.configure.changed})", flush=True)
+          f"changed={res.configure.changed}; load {before:.1f} before, {load1():.1f} after)", flush=True)
+    if profile is not None and (lc.state / "artifacts").is_dir():
+        from configure_profile import profile as task_profile
+
+        dest = profile / label.split(" (")[0].replace(" ", "-")
+        shutil.copytree(lc.state / "artifacts", dest, dirs_exist_ok=True)
+        tasks, wall, execs = task_profile(dest)
+        print(f"  {dest}: {wall:.1f} s of events, {execs} module executions; slowest tasks:", flush=True)
+        for tk in sorted(tasks, key=lambda x: -x.wall)[:10]:
+            print(f"    {tk.wall:6.1f} s  {tk.role:<14} {tk.name[:70]}", flush=True)
     return {"total": total, "changed": float(res.configure.changed)}
 
 
@@ -66,6 +88,9 @@ def main() -> int:
     ap.add_argument("--net", default="10.82.0.0/24")
     ap.add_argument("--os", dest="os_name", default=None, help="node OS instead of the spec's (debian-12, debian-13)")
     ap.add_argument("--boot", default=None, help="systemd (the default) or chroot (the earlier nodes)")
+    ap.add_argument("--no-again", action="store_true", help="first run and re-run only (no down + second up)")
+    ap.add_argument("--profile", type=Path, default=None, help="keep each run's events here and print its slowest tasks")
+    ap.add_argument("--state", type=Path, default=None, help="state folder (default: a new temporary one)")
     args = ap.parse_args()
     why = missing_prerequisites()
     if why:
@@ -76,15 +101,19 @@ def main() -> int:
         # rootfs-SUITE-slurm folders are not the local cluster's and stay
         for p in [*CACHE.glob("rootfs-*-node-*"), *CACHE.glob("apt-repo-*")]:
             shutil.rmtree(p, ignore_errors=True)
-    lc = LocalCluster(Path(tempfile.mkdtemp(prefix="cf-bench-")) / "state")
-    print(f"spec {args.spec}, network {args.net}, {'cold (no cache)' if args.cold else 'rootfs cached'}", flush=True)
+    lc = LocalCluster(args.state or Path(tempfile.mkdtemp(prefix="cf-bench-")) / "state")
+    print(f"spec {args.spec}, network {args.net}, {'cold (no cache)' if args.cold else 'rootfs cached'}, "
+          f"{os.cpu_count()} CPUs, load {load1():.1f}", flush=True)
+    prof = args.profile
     try:
-        one_up(lc, args.spec, args.net, "first up" + (" (cold: builds caches)" if args.cold else ""), args.os_name, args.boot)
-        t = time.monotonic()
-        lc.down()
-        print(f"{'down':<34} {time.monotonic() - t:7.1f} s", flush=True)
-        one_up(lc, args.spec, args.net, "up again (rootfs + repo cached)", args.os_name, args.boot)
-        rerun = one_up(lc, args.spec, args.net, "idempotent re-run (cluster up)", args.os_name, args.boot)
+        one_up(lc, args.spec, args.net, "first up" + (" (cold: builds caches)" if args.cold else ""), args.os_name,
+               args.boot, prof)
+        if not args.no_again:
+            t = time.monotonic()
+            lc.down()
+            print(f"{'down':<34} {time.monotonic() - t:7.1f} s", flush=True)
+            one_up(lc, args.spec, args.net, "up again (rootfs + repo cached)", args.os_name, args.boot, prof)
+        rerun = one_up(lc, args.spec, args.net, "idempotent re-run (cluster up)", args.os_name, args.boot, prof)
         if rerun["changed"] != 0:
             print("the re-run changed something: not idempotent", file=sys.stderr)
             return 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -117,6 +118,20 @@ def test_fill_secrets_errors_name_the_secret_not_the_value() -> None:
     assert "Vault" in str(exc.value)
     with pytest.raises(Exception, match="not in the manifest's secret_refs"):
         fill("X={{ SECRET:other }}\n", {"other": "v"}, [], "f")
+
+
+def test_render_sha256_hashes_bytes_and_names_a_missing_file(tmp_path: Path) -> None:
+    """The slurm role copies a rendered file only when the node's SHA-256 differs from this one's."""
+    spec = importlib.util.spec_from_file_location(
+        "cf_files", ROOT / "roles" / "slurm" / "filter_plugins" / "clusterforge_files.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    (tmp_path / "slurm").mkdir()
+    data = b"NodeName=gpu-001 CPUs=2\r\n\xff"  # bytes as they are: no decoding, no newline changes
+    (tmp_path / "slurm" / "slurm.conf").write_bytes(data)
+    got = mod.render_sha256(str(tmp_path), ["slurm/slurm.conf", "slurm/gone.conf"])
+    assert got == {"slurm/slurm.conf": hashlib.sha256(data).hexdigest(), "slurm/gone.conf": None}
 
 
 @pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-core is not installed")

@@ -1021,7 +1021,7 @@ def test_the_rollout_drains_only_the_nodes_whose_layout_changes(version: str | N
     assert got["running"] is True
     assert got["drain"].startswith("clusterforge configure: slurm.conf RealMemory 2036531 -> 2040627"), got
     assert got["stop_first"] is stop_first
-    assert _rollout(base, head, "login") == {"running": True, "drain": "", "stop_first": False}
+    assert _rollout(base, head, "login") == {"running": True, "changed": True, "drain": "", "stop_first": False}
 
 
 def test_the_rollout_of_an_attribute_change_drains_nothing() -> None:
@@ -1029,13 +1029,24 @@ def test_the_rollout_of_an_attribute_change_drains_nothing() -> None:
     d = _base_spec()
     _group(d, "gpu").update(weight=20)
     for host in ("gpu-001", "cpu-001"):
-        assert _rollout(base, _render(d), host) == {"running": True, "drain": "", "stop_first": False}
+        assert _rollout(base, _render(d), host) == {"running": True, "changed": True, "drain": "", "stop_first": False}
 
 
 def test_a_first_run_is_not_a_rollout() -> None:
     """No copy of a last install: nothing runs on the host yet, so nothing is drained or stopped and
     the compute play configures every host at once."""
-    assert _rollout(None, _base(None), "gpu-001") == {"running": False, "drain": "", "stop_first": False}
+    assert _rollout(None, _base(None), "gpu-001") == {"running": False, "changed": True, "drain": "", "stop_first": False}
+
+
+def test_an_unchanged_render_is_not_rolled_out_in_batches() -> None:
+    """Every host's copy of the last install is the new render (an idempotent re-run): nothing to
+    roll out, so the prepare play's batch fact is every host at once, not the canary first."""
+    base = _base(None)
+    for host in ("gpu-001", "cpu-001", "login"):
+        assert _rollout(base, _base(None), host) == {"running": True, "changed": False, "drain": "", "stop_first": False}
+    # the play's condition: batches only when some host runs and some host has a change
+    prepare = (ROOT / "roles" / "slurm" / "tasks" / "prepare.yml").read_text()
+    assert "['__slurm_rollout', 'changed']" in prepare and "['__slurm_rollout', 'running']" in prepare
 
 
 def test_the_rollout_drain_reason_is_the_one_the_role_resumes() -> None:

@@ -137,6 +137,9 @@ def slurm_rollout(old: Any, new: Any, *, host: str, compute: bool, host_files: A
 
     * ``running``: the host has a copy, i.e. it is part of a running cluster (the rollout then goes
       in ``slurm.rollout.batch`` batches; a first run configures every host at once);
+    * ``changed``: the render is not the one this host last installed (its copy differs from the new
+      manifest, or there is no copy); when no host of the play has a change there is nothing to roll
+      out, and the play runs on every host at once (an idempotent re-run pays no batches);
     * ``drain``: the drain reason when the policy drains this node first (its hardware layout or
       GRES lines change: running jobs were placed on the old layout), else ``""``;
     * ``stop_first``: the controller restarts and this drained node's slurmd restarts too: its jobs
@@ -147,16 +150,20 @@ def slurm_rollout(old: Any, new: Any, *, host: str, compute: bool, host_files: A
     manifest_cls, manifest_error, restart = _policy()
     from clusterforge import hostlist  # importable: _policy() just imported clusterforge
 
-    out: dict[str, Any] = {"running": False, "drain": "", "stop_first": False}
+    out: dict[str, Any] = {"running": bool(old), "changed": True, "drain": "", "stop_first": False}
+    if old:
+        try:
+            out["changed"] = json.loads(_text(old)) != json.loads(_text(new))
+        except ValueError:
+            pass  # unreadable: a change (slurm_plan reports it; the file rules then apply)
     if not old or not compute:
-        out["running"] = bool(old)
         return out
     try:
         new_m = manifest_cls.from_text(_text(new), "the render's manifest.json")
         old_m = manifest_cls.from_text(_text(old), "the copy of the last install")
     except manifest_error:
+        out["running"] = False
         return out  # slurm_plan reports an unreadable manifest; the file rules then apply
-    out["running"] = True
     names = sorted(
         n for n in {str(x) for x in host_files or ()}
         if (a := new_m.file(n)) is not None and ((b := old_m.file(n)) is None or b.sha256 != a.sha256)
