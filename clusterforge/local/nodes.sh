@@ -42,6 +42,31 @@ cmd=${1:?usage: $0 up|down|exec|ctl|alive STATE ...}; STATE=${2:?STATE}
 PORT=8081
 
 log() { echo "nodes: $*" >&2; }
+
+# A recorded PID is signalled only while it is still the process that was recorded: one that
+# ended long ago may have handed its PID to an unrelated process (pid_max is 32768 on these
+# machines, and a busy one wraps it within a CI run), for example a process of another local
+# cluster running beside this one. So each PID is recorded with its start time (field 22 of
+# /proc/PID/stat, clock ticks since boot) in STATE/pids.start, and `kill`/`down` signal a PID
+# only when that start time still matches. A PID recorded before start times were kept has no
+# entry and is signalled as before.
+starttime() { # PID: its start time, or nothing when there is no such process (or it has ended: a zombie)
+  local s f
+  s=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  s=${s##*) }  # the command name (field 2) may hold blanks and parentheses
+  read -r -a f <<<"$s"
+  [ "${f[0]:-}" = Z ] || echo "${f[19]:-}"
+}
+record_pid() { # PID: its start time into STATE/pids.start
+  echo "$1 $(starttime "$1")" >>"$STATE/pids.start"
+}
+ours() { # PID: true while PID is the process recorded under it
+  local want
+  want=$(awk -v p="$1" '$1 == p { s = $2; n = 1 } END { if (n) print (s == "" ? "-" : s) }' \
+    "$STATE/pids.start" 2>/dev/null || true)
+  [ -n "$want" ] || return 0  # not recorded with a start time (an older state folder)
+  [ "$(starttime "$1")" = "$want" ]
+}
 load_net() { # NET and PREFIX of a cluster that is up
   [ -f "$STATE/net.env" ] || { echo "no local cluster in $STATE (nothing is up)" >&2; exit 3; }
   # shellcheck disable=SC1091
@@ -52,18 +77,20 @@ down() {
   [ -d "$STATE" ] || return 0
   if [ -f "$STATE/pids" ]; then
     # newest first; each node's PID is the `unshare` whose child is the node's PID 1
-    mapfile -t pids < <(tac "$STATE/pids")
+    mapfile -t recorded < <(tac "$STATE/pids")
+    pids=()
+    for pid in "${recorded[@]}"; do ours "$pid" && pids+=("$pid"); done
     for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
     # all of them at once, 30 s at most (a booted node powers off: its systemd stops every
     # unit, ~1.5 s each on an idle machine, more on a busy one), then SIGKILL
     for _ in $(seq 300); do
-      alive=0; for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+      alive=0; for pid in "${pids[@]}"; do [ -n "$(starttime "$pid")" ] && ours "$pid" && alive=1; done
       [ $alive = 0 ] && break; sleep 0.1
     done
-    for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do ! ours "$pid" || kill -KILL "$pid" 2>/dev/null || true; done
     # a booted node's systemd outlives a SIGKILLed nspawn: kill it, and its PID namespace with it
     for f in "$STATE"/nodes/*/pid1; do [ ! -f "$f" ] || kill_pid1 "$(cat "$f")"; done
-    rm -f "$STATE/pids"
+    rm -f "$STATE/pids" "$STATE/pids.start"
   fi
   if [ -f "$STATE/netns" ]; then
     while read -r ns; do ip netns del "$ns" 2>/dev/null || true; done <"$STATE/netns"
@@ -82,8 +109,8 @@ down() {
   rm -rf "$STATE/nodes" "$STATE/net.env" "$STATE/inventory.txt"
 }
 
-kill_pid1() { # PID: a booted node's systemd, if that PID still is one (never a reused PID)
-  [ "$(cat "/proc/$1/comm" 2>/dev/null)" = systemd ] && kill -KILL "$1" 2>/dev/null || true
+kill_pid1() { # PID: a booted node's systemd, if that PID still is the one recorded (never a reused PID)
+  [ "$(cat "/proc/$1/comm" 2>/dev/null)" = systemd ] && ours "$1" && kill -KILL "$1" 2>/dev/null || true
 }
 
 node_pid1() { # pid of node NAME's PID 1 (systemd, or sshd in a chroot node), via its recorded pids
@@ -115,9 +142,12 @@ kill)
   name=${3:?NAME}; d="$STATE/nodes/$name"
   [ -d "$d" ] || { echo "no node $name in $STATE" >&2; exit 3; }
   for f in "$d"/pid "$d"/pid.*; do
-    [ -f "$f" ] || continue; pid=$(cat "$f"); kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
+    [ -f "$f" ] || continue; pid=$(cat "$f")
+    if ours "$pid"; then
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 300); do { [ -n "$(starttime "$pid")" ] && ours "$pid"; } || break; sleep 0.1; done
+      ! ours "$pid" || kill -KILL "$pid" 2>/dev/null || true
+    fi
     [ "$f" != "$d/pid" ] || [ ! -f "$d/pid1" ] || kill_pid1 "$(cat "$d/pid1")"
     # forget it, so that `down` never signals a PID the kernel has handed to someone else since
     grep -v -x "$pid" "$STATE/pids" >"$STATE/pids.new" || true; mv "$STATE/pids.new" "$STATE/pids"
@@ -137,7 +167,7 @@ spawn)
   # nsenter --net, not `ip netns exec`: that one also gives the daemon a mount namespace with a
   # fresh /sys, without the cgroup mounts that the nodes the hypervisor boots need for slurmd
   setsid nsenter --net="/run/netns/$ns" "$@" </dev/null >>"$logf" 2>&1 &
-  echo $! >"$pidfile"; echo $! >>"$STATE/pids"; exit 0 ;;
+  echo $! >"$pidfile"; echo $! >>"$STATE/pids"; record_pid $!; exit 0 ;;
 up|bridge|boot) ;;
 *) echo "unknown command $cmd" >&2; exit 2 ;;
 esac
@@ -165,14 +195,14 @@ boot_systemd() { # NAME NETNS DIR GPUS: systemd as PID 1 in systemd-nspawn, on t
     systemd.unified_cgroup_hierarchy=0 SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1 \
     </dev/null >"$d/boot.log" 2>&1 &
   nspawn=$!
-  echo "$nspawn" >"$d/pid"; echo "$nspawn" >>"$STATE/pids"
+  echo "$nspawn" >"$d/pid"; echo "$nspawn" >>"$STATE/pids"; record_pid "$nspawn"
   for _ in $(seq 300); do  # the container's systemd: nspawn's child (30 s at most)
     p1=$(pgrep -P "$nspawn" | head -1 || true)
     [ -n "$p1" ] && [ "$(cat "/proc/$p1/comm" 2>/dev/null)" = systemd ] && break
     kill -0 "$nspawn" 2>/dev/null || break; p1=""; sleep 0.1
   done
   [ -n "$p1" ] || { log "systemd-nspawn for $name did not start systemd"; cat "$d/boot.log" >&2; return 1; }
-  echo "$p1" >"$d/pid1"
+  echo "$p1" >"$d/pid1"; record_pid "$p1"
   # fake GPUs: character devices (major 195) made in the container's own /dev (nspawn's tmpfs),
   # so that they are plain device files the node can move (the health-check fault test does)
   # (mknod, then chmod: bookworm's `mknod -m` sets the mode through /proc/self, which is not
@@ -258,7 +288,7 @@ boot_node() { # NAME=ADDR[:gpuN]: one node on the bridge (its namespaces, disk, 
         chroot "$r" ssh-keygen -A >/dev/null
         exec chroot "$r" /usr/sbin/sshd -D -e -o UseDNS=no
       ' _ "$(lowerdirs)" "$d" "$gpus" "$name" "$BINDS" >"$d/sshd.log" 2>&1 &
-    echo $! >"$d/pid"; echo $! >>"$STATE/pids"
+    echo $! >"$d/pid"; echo $! >>"$STATE/pids"; record_pid $!
   fi
   echo "$name $addr $gpus" >>"$STATE/inventory.txt"
   wait_sshd "$name" "$addr"
@@ -305,7 +335,7 @@ for b in $BINDS; do
 done
 printf 'NET=%s\nPREFIX=%s\nBOOT=%s\n' "$NET" "$PREFIX" "$BOOT" >"$STATE/net.env"; echo "$ROOTFS" >"$STATE/rootfs"
 echo "$LAYERS" >"$STATE/layers"; echo "$BINDS" >"$STATE/binds"
-: >"$STATE/pids"; : >"$STATE/netns"; : >"$STATE/hostnames"; : >"$STATE/inventory.txt"
+: >"$STATE/pids"; : >"$STATE/pids.start"; : >"$STATE/netns"; : >"$STATE/hostnames"; : >"$STATE/inventory.txt"
 trap 'rc=$?; [ $rc = 0 ] || { log "up failed (rc=$rc), tearing down"; down; }' EXIT
 
 # SSH key of the Ansible side
@@ -319,7 +349,7 @@ ip -n "$BRNS" addr add "$NET.1/24" dev br0
 ip -n "$BRNS" link set br0 up
 ip netns exec "$BRNS" python3 -m http.server "$PORT" --bind "$NET.1" --directory "$REPO" \
   >"$STATE/repo-http.log" 2>&1 &
-echo $! >>"$STATE/pids"
+echo $! >>"$STATE/pids"; record_pid $!
 
 for _ in $(seq 100); do
   ip netns exec "$BRNS" timeout 2 bash -c "exec 3<>/dev/tcp/$NET.1/$PORT" 2>/dev/null && break; sleep 0.1
