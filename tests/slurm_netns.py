@@ -154,3 +154,37 @@ def kill_netns_pids(n: str) -> None:
     for pid in r.stdout.split():
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pid), 9)
+
+
+def munge_key(w: Path) -> Path:
+    """A fresh 1024-bit key for a private munged, owned by munge, mode 0600 (munged refuses others)."""
+    key = w / "munged.key"
+    key.write_bytes(os.urandom(128))
+    shutil.chown(key, "munge")
+    key.chmod(0o600)
+    return key
+
+
+def munged_argv(w: Path, key: Path) -> list[str]:
+    """A private munged in the foreground, its socket, log, pid and seed below ``w/m``."""
+    return ["runuser", "-u", "munge", "--", "munged", "--foreground", f"--socket={w}/m/munge.socket",
+            f"--key-file={key}", f"--log-file={w}/m/log", f"--pid-file={w}/m/pid", f"--seed-file={w}/m/seed"]
+
+
+def add_bridge(bridge_ns: str) -> None:
+    """Namespace ``bridge_ns`` with a bridge br0: the switch the hosts' veths plug into."""
+    sh("ip", "netns", "add", bridge_ns)
+    sh("ip", "-n", bridge_ns, "link", "set", "lo", "up")
+    sh("ip", "-n", bridge_ns, "link", "add", "br0", "type", "bridge")
+    sh("ip", "-n", bridge_ns, "link", "set", "br0", "up")
+
+
+def add_host(bridge_ns: str, ns: str, veth: str, addr: str) -> None:
+    """A fresh namespace ``ns`` (a new machine) whose eth0 has ``addr``/24 on ``bridge_ns``'s br0."""
+    sh("ip", "netns", "add", ns)
+    sh("ip", "-n", ns, "link", "set", "lo", "up")
+    sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+    sh("ip", "link", "set", veth, "netns", bridge_ns)
+    sh("ip", "-n", bridge_ns, "link", "set", veth, "master", "br0", "up")
+    sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
+    sh("ip", "-n", ns, "link", "set", "eth0", "up")

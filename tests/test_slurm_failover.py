@@ -40,7 +40,7 @@ from clusterforge.render import render_cluster
 from clusterforge.render.writer import render_tree
 
 from .conftest import EXAMPLES
-from .slurm_netns import kill_netns_pids, sh, wait
+from .slurm_netns import add_bridge, add_host, kill_netns_pids, munge_key, munged_argv, sh, wait
 
 pytestmark = [
     pytest.mark.slurm,
@@ -132,34 +132,18 @@ class Ha:
 
     def munged(self) -> None:
         w = self.w
-        key = w / "munged.key"
-        key.write_bytes(os.urandom(128))
-        shutil.chown(key, "munge")
-        key.chmod(0o600)
-        self.start(["runuser", "-u", "munge", "--", "munged", "--foreground", f"--socket={w}/m/munge.socket",
-                    f"--key-file={key}", f"--log-file={w}/m/log", f"--pid-file={w}/m/pid", f"--seed-file={w}/m/seed"],
-                   w / "munged.out")
+        self.start(munged_argv(w, munge_key(w)), w / "munged.out")
         wait("munged", lambda: (w / "m/munge.socket").exists())
 
     def bridge(self) -> None:
-        sh("ip", "netns", "add", BRIDGE_NS)
         self.namespaces.append(BRIDGE_NS)
-        sh("ip", "-n", BRIDGE_NS, "link", "set", "lo", "up")
-        sh("ip", "-n", BRIDGE_NS, "link", "add", "br0", "type", "bridge")
-        sh("ip", "-n", BRIDGE_NS, "link", "set", "br0", "up")
+        add_bridge(BRIDGE_NS)
 
     def host(self, name: str) -> str:
         """A fresh namespace for ``name`` with its address on the bridge (a new machine)."""
-        ns, veth = NS[name], f"cfha{name.replace('-', '')}"
-        sh("ip", "netns", "add", ns)
-        self.namespaces.append(ns)
-        sh("ip", "-n", ns, "link", "set", "lo", "up")
-        sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-        sh("ip", "link", "set", veth, "netns", BRIDGE_NS)
-        sh("ip", "-n", BRIDGE_NS, "link", "set", veth, "master", "br0", "up")
-        sh("ip", "-n", ns, "addr", "add", f"{HOSTS[name]}/24", "dev", "eth0")
-        sh("ip", "-n", ns, "link", "set", "eth0", "up")
-        return ns
+        self.namespaces.append(NS[name])
+        add_host(BRIDGE_NS, NS[name], f"cfha{name.replace('-', '')}", HOSTS[name])
+        return NS[name]
 
     def drop_host(self, name: str) -> None:
         kill_netns_pids(NS[name])
