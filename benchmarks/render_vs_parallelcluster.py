@@ -1,6 +1,6 @@
 """`clusterforge render` against AWS ParallelCluster's own Slurm config generator, side by side.
 
-    python3 benchmarks/render_vs_parallelcluster.py [--pairs N] [--peer-repo DIR] [--scaling]
+    python3 benchmarks/render_vs_parallelcluster.py [--pairs N] [--peer-repo DIR] [--scaling] [--instructions]
 
 The cluster: 2,048 p5.48xlarge (EFA, 8 H100 each) and 512 c7i.48xlarge, a controller and a login
 node; `examples/p5-training.yaml` with those two counts. The peer gets the same cluster as a
@@ -210,23 +210,57 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, int, f
     return wall, ru.ru_maxrss, ru.ru_utime + ru.ru_stime
 
 
-def side_by_side(pairs: int, peer: Path) -> dict[str, Any]:
+def _prepare(peer: Path, t: Path) -> tuple[list[str], list[str], dict[str, str]]:
+    """Both sides' inputs in ``t``, bytecode compiled; returns (ours, theirs, env): the command lines."""
     gen = peer / _SLURM
     compileall.compile_dir(ROOT / "clusterforge", quiet=1)
     compileall.compile_dir(gen, quiet=1, maxlevels=0)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(ROOT)  # this checkout's clusterforge, whatever is installed
+    (t / "spec.yaml").write_text(our_spec())
+    (t / "cluster-config.yaml").write_text(peer_config())
+    (t / "instance-types.json").write_text(instance_types())
+    ours = [sys.executable, "-c", OURS_MAIN, "render", str(t / "spec.yaml"), "--out", str(t / "ours")]
+    theirs = [sys.executable, "-c", PEER_MAIN.format(dir=str(gen)),
+              "--output-directory", str(t / "peer"), "--template-directory", str(gen / "templates"),
+              "--input-file", str(t / "cluster-config.yaml"), "--instance-types-data",
+              str(t / "instance-types.json"), "--realmemory-to-ec2memory-ratio", "0.95",
+              "--slurmdbd-user", "slurm", "--cluster-name", "p5-training"]
+    return ours, theirs, env
+
+
+#: what `render` imports of the libraries the issue keeps (typer, pydantic, rich) plus jinja2 and yaml
+LIBRARY_IMPORTS = ("import typer, pydantic, pydantic.main, pydantic.types, rich.console, rich.table, "
+                   "jinja2, yaml")
+
+
+def instructions(peer: Path) -> dict[str, int]:
+    """Instructions executed (valgrind's callgrind, one run each): a figure a busy machine does not
+    move. Python start alone, the peer end to end, our render end to end, and importing the
+    libraries render uses."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+    out: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="cf-bench-") as tmp:
         t = Path(tmp)
-        (t / "spec.yaml").write_text(our_spec())
-        (t / "cluster-config.yaml").write_text(peer_config())
-        (t / "instance-types.json").write_text(instance_types())
-        ours = [sys.executable, "-c", OURS_MAIN, "render", str(t / "spec.yaml"), "--out", str(t / "ours")]
-        theirs = [sys.executable, "-c", PEER_MAIN.format(dir=str(gen)),
-                  "--output-directory", str(t / "peer"), "--template-directory", str(gen / "templates"),
-                  "--input-file", str(t / "cluster-config.yaml"), "--instance-types-data",
-                  str(t / "instance-types.json"), "--realmemory-to-ec2memory-ratio", "0.95",
-                  "--slurmdbd-user", "slurm", "--cluster-name", "p5-training"]
+        ours, theirs, env = _prepare(peer, t)
+        for name, argv in (("python3 -c pass", [sys.executable, "-c", "pass"]),
+                           ("parallelcluster generator, end to end", theirs),
+                           ("clusterforge render, end to end", ours),
+                           ("importing typer, pydantic, rich, jinja2, yaml", [sys.executable, "-c", LIBRARY_IMPORTS])):
+            shutil.rmtree(t / "ours", ignore_errors=True)
+            shutil.rmtree(t / "peer", ignore_errors=True)
+            cg = t / "callgrind.out"
+            _run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}", *argv], ROOT, env)
+            totals = [ln for ln in cg.read_text().splitlines() if ln.startswith(("summary:", "totals:"))]
+            out[name] = int(totals[-1].split()[1])
+    return out
+
+
+def side_by_side(pairs: int, peer: Path) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="cf-bench-") as tmp:
+        t = Path(tmp)
+        ours, theirs, env = _prepare(peer, t)
 
         def once(which: str) -> tuple[float, int, float]:
             out = t / which
@@ -320,8 +354,19 @@ def main() -> int:
     ap.add_argument("--scaling-only", action="store_true", help="only the scaling table")
     ap.add_argument("--repeat", type=int, default=3, help="scaling: best of N renders per cell")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--instructions", action="store_true",
+                    help="only the instruction counts under valgrind's callgrind (one run each; minutes)")
     args = ap.parse_args()
     figures: dict[str, Any] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    if args.instructions:
+        counts = instructions(materialise_peer(args.peer_repo))
+        if args.json:
+            print(json.dumps(counts, indent=2))
+            return 0
+        print(f"instructions (valgrind --tool=callgrind, one run each, Python {figures['python']})")
+        for name, n in counts.items():
+            print(f"  {name:48s} {n / 1e6:8,.0f} M")
+        return 0
     if not args.scaling_only:
         figures["side_by_side"] = side_by_side(args.pairs, materialise_peer(args.peer_repo))
     if args.scaling or args.scaling_only:
