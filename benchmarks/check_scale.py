@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from clusterforge.check import check_dir, format_report  # noqa: E402
+from clusterforge.check.environment import thread_ceiling  # noqa: E402
 from clusterforge.clusterspec import parse_spec  # noqa: E402
 from clusterforge.render import render_cluster  # noqa: E402
 from clusterforge.render.writer import write_render  # noqa: E402
@@ -69,6 +70,9 @@ def main() -> int:
         example = "p5-training" if args.kind == "cloud" else "onprem-dgx"
         print(f"examples/{example}.yaml scaled, Slurm {args.slurm}, {args.repeat} checks each (seconds); "
               f"load average {os.getloadavg()[0]:.2f} before")
+        ceiling, limits = thread_ceiling()
+        # on-prem nodes: slurmctld may need a thread per node after its start (no slurmd answers)
+        print(f"thread ceiling per process about {ceiling:,} ({limits})")
         print("  nodes  ok   check median (min-max)   to primary median   steps (median)")
         for nodes in (int(n) for n in args.nodes.split(",")):
             out = tmp / str(nodes)

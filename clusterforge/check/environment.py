@@ -73,9 +73,7 @@ def _build_rootfs(report: CheckReport, family: Family) -> bool:
     check's (a download is not a hang of the daemons), timed as the step ``rootfs_build``."""
     t0 = time.monotonic()
     try:
-        cp = proc.run(
-            [str(ROOTFS_SH), str(cache_dir()), family.suite, "slurm"], timeout=ROOTFS_BUILD_TIMEOUT_S
-        )
+        cp = proc.run([str(ROOTFS_SH), str(cache_dir()), family.suite, "slurm"], timeout=ROOTFS_BUILD_TIMEOUT_S)
     except proc.ProcError as exc:
         report.add(ProblemKind.ENVIRONMENT, f"building the {family.debian} root filesystem failed: {exc}")
         return False
@@ -135,8 +133,9 @@ def preflight(report: CheckReport, version: str, tmp: Path, *, build_rootfs: boo
             return None
         if not _build_rootfs(report, family):
             return None
-    paths = {t: next((p for p in (f"/usr/sbin/{t}", f"/usr/bin/{t}") if (root / p[1:]).is_file()), None)
-             for t in SLURM_TOOLS}
+    paths = {
+        t: next((p for p in (f"/usr/sbin/{t}", f"/usr/bin/{t}") if (root / p[1:]).is_file()), None) for t in SLURM_TOOLS
+    }
     missing = [t for t, p in paths.items() if p is None]
     if missing:
         report.add(
@@ -202,6 +201,30 @@ def start_munged(
 NODE_NET = ipaddress.IPv4Network("127.0.0.0/8")
 _FIRST_NODE = int(ipaddress.IPv4Address("127.1.0.0"))
 MAX_CHECK_NODES = (int(NODE_NET.broadcast_address) - _FIRST_NODE) // 256 * 254
+
+
+def thread_ceiling() -> tuple[int, str]:
+    """About how many threads one process may have here, and the limits that say so: each thread
+    is two memory maps (its stack and a guard page) under ``vm.max_map_count``, and one PID under
+    ``kernel.pid_max`` and ``kernel.threads-max``."""
+    limits: dict[str, int] = {}
+    for key in ("vm/max_map_count", "kernel/pid_max", "kernel/threads-max"):
+        try:
+            limits[key.replace("/", ".")] = int(Path("/proc/sys", key).read_text())
+        except (OSError, ValueError):
+            continue
+    caps = [v // 2 if k == "vm.max_map_count" else v for k, v in limits.items()]
+    text = ", ".join(f"{k} {v:,}" for k, v in limits.items()) or "limits unreadable"
+    return (min(caps) if caps else 0), text
+
+
+def node_networks() -> list[ipaddress.IPv4Network]:
+    """The prefixes that hold every node address of the check (127.1.0.0 to 127.255.255.255).
+
+    slurmctld's namespace makes them unreachable (``Slurmctld.run``): Slurm retries a refused
+    connect once a second for up to ``MessageTimeout`` (``slurm_send_addr_recv_msgs``), while "no
+    route to host" fails at once."""
+    return list(ipaddress.summarize_address_range(ipaddress.IPv4Address(_FIRST_NODE), NODE_NET.broadcast_address))
 
 
 def node_address(i: int) -> str:

@@ -12,6 +12,7 @@ runs, ``scontrol show node/partition/topology/config`` are compared with the man
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import threading
 import time
@@ -19,14 +20,24 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from clusterforge import proc
+from clusterforge import hostlist, proc
 from clusterforge.check import compare
 from clusterforge.check.daemons import Daemons
 from clusterforge.check.releases import release_of
 from clusterforge.check.report import CheckReport, ProblemKind
 from clusterforge.render.manifest import Expect
 
-__all__ = ["CTLD_BACKUP_NOISE", "CTLD_NOISE", "CTLD_NO_DBD_NOISE", "NS_READY", "Slurmctld", "backup_addresses", "noise"]
+__all__ = [
+    "CTLD_BACKUP_NOISE",
+    "CTLD_NOISE",
+    "CTLD_NO_DBD_NOISE",
+    "NS_READY",
+    "Slurmctld",
+    "backup_addresses",
+    "node_routes",
+    "noise",
+    "out_of_threads_message",
+]
 
 # error:/fatal: lines from slurmctld that say nothing about the config under test. Each entry is
 # (regex, why). Keep it short: every entry is a class of real errors the check can no longer see.
@@ -63,6 +74,7 @@ CTLD_BACKUP_NOISE: tuple[tuple[str, str], ...] = (
 NS_READY = "clusterforge-check: namespace ready"
 _PRIMARY = "Running as primary controller"
 _NOT_CONTROLLER = "not a valid controller"
+_OUT_OF_THREADS = "pthread_create error"
 _ERRORISH = re.compile(r"\b(error|fatal):", re.IGNORECASE)
 STAND_IN_ADDR = "192.0.2.1"  # TEST-NET-1 (RFC 5737): never a real host; see Slurmctld.run()
 # slurmctld saves its state on SIGTERM and notices the signal only between 1 s background ticks;
@@ -90,6 +102,49 @@ def backup_addresses(expect: Expect) -> list[str]:
         if ":" not in addr and addr not in out:
             out.append(addr)
     return out
+
+
+def node_routes(expect: Expect) -> list[str]:
+    """``ip -batch`` lines that make every node address of the check unreachable in slurmctld's
+    namespace, except a controller's own.
+
+    After its start slurmctld asks every node to register, through its forwarding tree. A branch
+    whose head does not answer is abandoned: one thread per node of the branch
+    (``_fwd_tree_thread``, src/common/forward.c @ slurm-22-05-8-1), and each thread retries a
+    refused connect once a second for up to ``MessageTimeout`` (``slurm_send_addr_recv_msgs``,
+    src/common/slurm_protocol_api.c). With every node address local, each connect was refused, so
+    65,536 nodes meant up to 65,536 threads alive for 10 s: slurmctld reached 30,636 threads and
+    died of ``pthread_create`` at this machine's ``pid_max`` (32,768). An unreachable route fails
+    the connect with EHOSTUNREACH, which Slurm does not retry, so each thread ends at once."""
+    from clusterforge.check.environment import node_networks  # environment imports this module
+
+    nets = node_networks()
+    batch = [f"route add unreachable {n} table local" for n in nets]
+    primary = expect.controller
+    if primary.address and ":" not in primary.address:
+        addr = ipaddress.IPv4Address(primary.address)
+        if any(addr in n for n in nets):  # the controller listens there: keep it local
+            batch.append(f"route add local {addr}/32 dev lo table local")
+    return batch
+
+
+def out_of_threads_message(expect: Expect) -> str:
+    """Why slurmctld died of ``pthread_create`` in the check, and how to let it run."""
+    from clusterforge.check.environment import thread_ceiling  # environment imports this module
+
+    ceiling, limits = thread_ceiling()
+    return (
+        f"slurmctld ran out of threads ({_OUT_OF_THREADS}): this host allows a process about {ceiling:,} "
+        f"threads ({limits}). In the check no slurmd answers, and slurmctld asks every node to register "
+        "after its start with one thread per node that does not answer (src/common/forward.c, "
+        f'"Abandon tree"), so a check of {expect_node_count(expect):,} nodes can need as many. The config '
+        "was not judged by that step. Raise the ceiling while checking: sysctl -w "
+        "vm.max_map_count=262144 kernel.pid_max=4194304 (systemd's own pid_max default)"
+    )
+
+
+def expect_node_count(expect: Expect) -> int:
+    return len({name for n in expect.nodes for name in hostlist.expand(n.names)})
 
 
 def noise(line: str, patterns: Iterable[tuple[str, str]]) -> bool:
@@ -129,6 +184,7 @@ class Slurmctld:
         # the primary itself and tie up its RPC threads (scontrol then times out): each backup's
         # address is made unreachable instead, and the primary logs one error and goes on.
         batch += [f"route add unreachable {a}/32 table local" for a in backup_addresses(expect)]
+        batch += node_routes(expect)
         ipb = self.tmp / "ip.batch"
         ipb.write_text("\n".join(batch) + "\n")
         d = self.daemons
@@ -164,6 +220,12 @@ class Slurmctld:
             lines = daemon.lines.join(_GRACE_S)
             self.timed("slurmctld_stop", t2)
         r.slurmctld_log = lines
+        return self.judge(lines, expect, exited, daemon.returncode)
+
+    def judge(self, lines: list[str], expect: Expect, exited: bool, returncode: int | None) -> set[str]:
+        """Problems from slurmctld's output (``lines``, from the namespace's first line); returns
+        the messages of its error lines (see ``run``)."""
+        r = self.report
         if NS_READY not in lines:
             r.add(ProblemKind.ENVIRONMENT, "namespace setup for slurmctld failed: " + " | ".join(lines[-5:]))
             return set()
@@ -172,11 +234,17 @@ class Slurmctld:
         if len(expect.controllers) > 1:
             patterns += CTLD_BACKUP_NOISE
         errors = [ln.removeprefix("slurmctld: ") for ln in lines if _ERRORISH.search(ln) and not noise(ln, patterns)]
+        if any(_OUT_OF_THREADS in e for e in errors):
+            # not the config's fault: the host's thread ceiling, met because no node answers here
+            errors = [e for e in errors if _OUT_OF_THREADS not in e]
+            r.add(ProblemKind.ENVIRONMENT, out_of_threads_message(expect), "slurmctld")
+            if not any(_PRIMARY in ln for ln in lines):
+                return {e.split("error: ", 1)[-1] for e in errors}
         messages = {e.split("error: ", 1)[-1] for e in errors}
         if not any(_PRIMARY in ln for ln in lines):
             why = " | ".join(errors[-6:]) or " | ".join(lines[-4:])
             if exited or any("fatal:" in ln for ln in lines):
-                r.add(ProblemKind.REJECTED, f"slurmctld exited (rc={daemon.returncode}): {why}", "slurmctld")
+                r.add(ProblemKind.REJECTED, f"slurmctld exited (rc={returncode}): {why}", "slurmctld")
                 if any(_NOT_CONTROLLER in ln for ln in lines):
                     r.add(
                         ProblemKind.CONTROLLER_MISMATCH,
