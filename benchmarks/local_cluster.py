@@ -3,6 +3,7 @@
     python3 benchmarks/local_cluster.py [--cold] [--spec examples/local.yaml] [--net 10.82.0.0/24]
                                         [--os debian-12|debian-13] [--boot systemd|chroot]
                                         [--no-again] [--profile DIR] [--state DIR]
+                                        [--strategy linear|mitogen] [--forks N]
 
 Brings ``examples/local.yaml`` up with ``clusterforge local`` in a private state folder, and
 prints per phase wall-clock seconds:
@@ -91,7 +92,14 @@ def main() -> int:
     ap.add_argument("--no-again", action="store_true", help="first run and re-run only (no down + second up)")
     ap.add_argument("--profile", type=Path, default=None, help="keep each run's events here and print its slowest tasks")
     ap.add_argument("--state", type=Path, default=None, help="state folder (default: a new temporary one)")
+    ap.add_argument("--strategy", choices=("linear", "mitogen"), default=None,
+                    help="Ansible strategy of every configure run (CLUSTERFORGE_ANSIBLE_STRATEGY; default linear)")
+    ap.add_argument("--forks", type=int, default=None, help="Ansible forks (ANSIBLE_FORKS; ansible.cfg has 32)")
     args = ap.parse_args()
+    if args.strategy:
+        os.environ["CLUSTERFORGE_ANSIBLE_STRATEGY"] = args.strategy
+    if args.forks:
+        os.environ["ANSIBLE_FORKS"] = str(args.forks)
     why = missing_prerequisites()
     if why:
         print(f"local_cluster benchmark: {why}", file=sys.stderr)
@@ -103,7 +111,8 @@ def main() -> int:
             shutil.rmtree(p, ignore_errors=True)
     lc = LocalCluster(args.state or Path(tempfile.mkdtemp(prefix="cf-bench-")) / "state")
     print(f"spec {args.spec}, network {args.net}, {'cold (no cache)' if args.cold else 'rootfs cached'}, "
-          f"{os.cpu_count()} CPUs, load {load1():.1f}", flush=True)
+          f"{os.cpu_count()} CPUs, load {load1():.1f}, strategy {os.environ.get('CLUSTERFORGE_ANSIBLE_STRATEGY', 'linear')}, "
+          f"forks {os.environ.get('ANSIBLE_FORKS', '32 (ansible.cfg)')}", flush=True)
     prof = args.profile
     try:
         one_up(lc, args.spec, args.net, "first up" + (" (cold: builds caches)" if args.cold else ""), args.os_name,

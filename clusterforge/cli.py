@@ -285,6 +285,11 @@ def configure_cmd(
     ] = None,
     facts: FactsOpt = None,
     force: ForceOpt = False,
+    strategy: Annotated[
+        str | None,
+        typer.Option(help="linear (Ansible's own) or mitogen (pip install mitogen); "
+                     "default $CLUSTERFORGE_ANSIBLE_STRATEGY"),
+    ] = None,
 ) -> None:
     """Render, write the inventory and run the playbook through ansible-runner, with progress."""
     from clusterforge.configure import TextProgress, configure
@@ -301,6 +306,7 @@ def configure_cmd(
         vault_password_file=vault_password_file,
         facts_dir=facts,
         force=force,
+        strategy=strategy,
         progress=TextProgress(lambda line: _out().print(line, markup=False)),
     )
     for f in res.failures:

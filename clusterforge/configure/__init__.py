@@ -21,6 +21,7 @@ The CLI verb ``clusterforge configure SPEC [--check] [--diff] [--limit HOSTS] [-
         keep_artifacts: Path | None = None,  # where the scrubbed ansible-runner artifacts go
         envvars: Mapping[str, str] | None = None,
         regenerate: bool = True,             # render + write the inventory first
+        strategy: str | None = None,         # linear | mitogen (default $CLUSTERFORGE_ANSIBLE_STRATEGY)
     ) -> ConfigureResult                     # .ok, .rc, .status, .stats, .changed, .duration_s
 
 and exits non-zero when ``not result.ok``. ``TextProgress(console_print)`` gives the one-line-per-
@@ -199,10 +200,13 @@ def configure(
     regenerate: bool = True,
     facts_dir: Path | None = None,
     force: bool = False,
+    strategy: str | None = None,
 ) -> ConfigureResult:
     """Render the spec, write its inventory and run ``playbooks/<playbook>`` with ansible-runner.
 
-    ``force``: write the render even over a folder of another cluster's render (``write_render``)."""
+    ``force``: write the render even over a folder of another cluster's render (``write_render``).
+    ``strategy``: ``linear`` (Ansible's own) or ``mitogen`` (see :func:`strategy_env`); default
+    ``$CLUSTERFORGE_ANSIBLE_STRATEGY``, else ``linear``."""
     try:
         import ansible_runner
     except ImportError:
@@ -216,6 +220,7 @@ def configure(
     if binary is None:
         raise ConfigureError("ansible-playbook is not on PATH: pip install ansible-core (in this environment)")
 
+    strategy_vars = strategy_env(strategy)
     from clusterforge.inventory import generate_inventory
     from clusterforge.resolve import resolve_file
 
@@ -258,6 +263,7 @@ def configure(
             # ansible-runner starts ansible-playbook from PATH (rc 127 when a venv's bin is missing)
             "PATH": os.pathsep.join([str(Path(binary).parent), os.environ.get("PATH", "")]),
             "ANSIBLE_FORCE_COLOR": "0",
+            **strategy_vars,
             **(envvars or {}),
         }
         pdd = work / "runner"
@@ -320,6 +326,37 @@ def configure(
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+STRATEGIES = ("linear", "mitogen")
+
+
+def strategy_env(strategy: str | None) -> dict[str, str]:
+    """The environment that selects Ansible's execution strategy.
+
+    ``mitogen``: Mitogen for Ansible (the ``mitogen`` package) keeps one Python interpreter per
+    host for the whole run and sends it each module, instead of starting Python over SSH for every
+    task on every host. The plays, roles and results are the same; it is the strategy plugin
+    ``mitogen_linear``, Ansible's ``linear`` order. Modules that re-execute themselves under
+    another interpreter (``respawn_module``, mitogen-hq/mitogen#849) are the known gap: site.yml
+    installs python3-apt first so the apt modules never need it."""
+    chosen = strategy or os.environ.get("CLUSTERFORGE_ANSIBLE_STRATEGY") or "linear"
+    if chosen not in STRATEGIES:
+        raise ConfigureError(
+            f"strategy {chosen!r} (from --strategy or CLUSTERFORGE_ANSIBLE_STRATEGY) is not one of "
+            f"{', '.join(STRATEGIES)}; use linear (Ansible's own) or mitogen (pip install mitogen)"
+        )
+    if chosen == "linear":
+        return {}
+    try:
+        import ansible_mitogen
+    except ImportError:
+        raise ConfigureError(
+            "strategy mitogen needs the mitogen package on the Ansible host: pip install mitogen "
+            "(or use --strategy linear)"
+        ) from None
+    plugins = Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"
+    return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": "mitogen_linear"}
 
 
 def _quote(s: str) -> str:

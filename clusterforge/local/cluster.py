@@ -367,8 +367,10 @@ class LocalCluster:
         progress: Callable[[Any], None] | None = None,
         playbook: str = "site.yml",
         extra_vars: dict[str, Any] | None = None,
+        strategy: str | None = None,
     ) -> Any:
-        """``clusterforge configure`` on the local nodes: the production playbook, from the bridge."""
+        """``clusterforge configure`` on the local nodes: the production playbook, from the bridge.
+        ``strategy``: linear or mitogen (``configure``'s; default $CLUSTERFORGE_ANSIBLE_STRATEGY)."""
         from clusterforge.configure import configure
 
         layout = self.layout()
@@ -397,6 +399,7 @@ class LocalCluster:
                 limit=limit,
                 playbook=playbook,
                 extra_vars=extra_vars,
+                strategy=strategy,
             )
 
     # -------------------------------------------------------------------- on the nodes
