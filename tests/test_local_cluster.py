@@ -760,6 +760,25 @@ def test_second_configure_changes_nothing_and_keeps_secrets(cluster: tuple[Local
                    **r.seconds}, fh)
 
 
+def test_a_configure_under_mitogen_finds_nothing_to_change(cluster: tuple[LocalCluster, Runs]) -> None:
+    """``configure --strategy mitogen`` on the running cluster: the same playbook through Mitogen's
+    strategy (one Python per host for the whole run) finds the cluster as the linear runs left it,
+    fails nothing, and leaves no secret in its output or artifacts."""
+    pytest.importorskip("ansible_mitogen", reason="pip install mitogen (requirements-ci.txt)")
+    lc, _ = cluster
+    lines: list[str] = []
+    run = lc.configure(strategy="mitogen", progress=TextProgress(lines.append))
+    print(f"\nmitogen run: rc={run.rc} {run.duration_s:.1f} s changed={run.changed}")
+    assert run.ok, "\n".join(run.failures + lines[-40:])
+    assert run.changed == 0, "\n".join(ln for ln in lines if ": changed " in ln)
+    assert set(run.stats) - {"localhost"} == set(NODES)
+    secret = lc.secrets()["slurmdbd_storage_pass"]
+    assert not any(secret in ln for ln in lines)
+    for f in (lc.state / "artifacts").rglob("*"):
+        if f.is_file():
+            assert secret.encode() not in f.read_bytes(), f"secret in {f}"
+
+
 def test_a_second_cluster_with_the_same_node_names_is_refused(cluster: tuple[LocalCluster, Runs], tmp_path: Path) -> None:
     """Slurm names its cgroup v1 folders slurm_<node> machine-wide: the running cluster's slurmds
     own /sys/fs/cgroup/*/slurm_gpu-001 and the rest, so `local up` of the same names on another

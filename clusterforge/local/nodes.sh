@@ -176,8 +176,24 @@ lowerdirs() { # the overlay's lower folders: the layers (top first) over the roo
   if [ -n "$LAYERS" ]; then echo "$LAYERS:$ROOTFS"; else echo "$ROOTFS"; fi
 }
 
+inotify_room() { # make room for one more booted node's inotify instances (raise the limit, never lower it)
+  # A booted node's systemd, dbus-daemon and getty hold about 7 inotify instances, all root's (84
+  # for a 12-node cluster here). The kernel's default limit is 128 per user, so without this the
+  # 19th node or so cannot boot its systemd and its sshd never comes up (a 24-node cluster failed
+  # at its 23rd node). Kept at 32 free or more.
+  local max used
+  max=$(cat /proc/sys/fs/inotify/max_user_instances)
+  used=$(find /proc/[0-9]*/fd -lname 'anon_inode:inotify' 2>/dev/null | wc -l) || true  # processes come and go
+  if [ $((max - used)) -lt 32 ]; then
+    sysctl -q -w fs.inotify.max_user_instances=$((used + 128)) \
+      || { log "fs.inotify.max_user_instances is $max with $used in use: raise it (sysctl -w fs.inotify.max_user_instances=1024)"; return 1; }
+    log "raised fs.inotify.max_user_instances from $max to $((used + 128)) ($used in use; a booted node holds about 7)"
+  fi
+}
+
 boot_systemd() { # NAME NETNS DIR GPUS: systemd as PID 1 in systemd-nspawn, on the node's netns
   local name=$1 ns=$2 d=$3 gpus=$4 r=$3/root nspawn p1="" c b binds=()
+  inotify_room
   for b in $BINDS; do binds+=("--bind=$b"); done
   # the overlay is mounted in a mount namespace of its own that nspawn then runs in (the mount
   # dies with it); the host keys are made before boot: ssh.service's `sshd -t` needs them.
@@ -300,7 +316,8 @@ wait_sshd() { # NAME ADDR: bounded wait for the node's sshd
     if ip netns exec "$BRNS" timeout 2 bash -c "exec 3<>/dev/tcp/$2/22" 2>/dev/null; then ok=1; break; fi
     sleep 0.1
   done
-  [ $ok = 1 ] || { log "sshd on $1 ($2) did not come up"; cat "$STATE/nodes/$1/sshd.log" >&2; return 1; }
+  # a booted node's own log is nspawn's boot.log (systemd's console); a chroot node's is sshd.log
+  [ $ok = 1 ] || { log "sshd on $1 ($2) did not come up"; tail -n 30 "$STATE/nodes/$1/boot.log" "$STATE/nodes/$1/sshd.log" 2>/dev/null >&2 || true; return 1; }
 }
 
 if [ "$cmd" = boot ]; then
