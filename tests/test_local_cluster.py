@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -827,22 +828,58 @@ def _alive(pid: int) -> bool:
     return stat.exists() and stat.read_text().split()[2] != "Z"
 
 
-def test_down_after_a_crashed_up_removes_what_it_made(tmp_path: Path) -> None:
-    """`up` killed half-way (its whole process group, as a closed terminal or an OOM kill would):
-    `down` still removes every namespace and process it had made, from the state folder."""
+# Where `up` is killed: each is an instant at which the state folder once lagged behind what
+# existed (CI caught the first: a namespace made, killed before its name was written).
+#   after  the command has run: the second node's namespace exists
+#   before the command runs: the first node's PID 1 has left up's session (setsid) and its
+#          parent, up, dies before writing its PID
+_KILL_AT = {
+    "namespace-made": ("ip", "after", "netns add {pre}n2"),
+    "node-started": (("systemd-nspawn", "before", "-b -D *") if BOOT == "systemd"
+                     else ("unshare", "before", "--pid --fork --kill-child *")),
+}
+
+
+def _kill_shim(tmp_path: Path, pgid_file: Path, command: str, when: str, args: str) -> Path:
+    """A folder for the front of PATH holding COMMAND: the real one, with a SIGKILL of up's whole
+    process group (its PGID from PGID_FILE) BEFORE or AFTER it when its arguments match ARGS, or
+    (WHEN "fail") a failure in its place."""
+    real = subprocess.run(["bash", "-c", f"command -v {command}"], capture_output=True, text=True, check=True).stdout.strip()
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    # (the test writes the PGID file just after the Popen: wait for it, 5 s at most)
+    kill = f'for _ in $(seq 100); do [ -s {pgid_file} ] && break; sleep 0.05; done; kill -KILL -- "-$(cat {pgid_file})"'
+    body = {"before": f'{kill}; exec {real} "$@"', "after": f'{real} "$@"; rc=$?; {kill}; exit $rc',
+            "fail": f'echo "{command} $*: injected failure" >&2; exit 1'}[when]
+    (shim / command).write_text(f'#!/bin/bash\npat={shlex.quote(args)}\n'  # unquoted in [[ ]]: a glob
+                                f'if [[ "$*" == $pat ]]; then {body}; fi\nexec {real} "$@"\n')
+    (shim / command).chmod(0o755)
+    return shim
+
+
+@pytest.mark.parametrize("kill_at", sorted(_KILL_AT))
+def test_down_after_a_crashed_up_removes_what_it_made(tmp_path: Path, kill_at: str) -> None:
+    """`up` killed half-way (its whole process group, as a closed terminal would) at an instant
+    the state folder once missed: `down` still removes every namespace and process it had made,
+    from the state folder."""
     state = tmp_path / "state"
-    up = subprocess.Popen([*CLI, "local", "up", str(SPEC), "--nodes-only", "--net", CRASH_NET, "--boot", BOOT,
-                           "--state", str(state)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                          start_new_session=True)
     pre = prefix(CRASH_NET) + "-"
+    pgid = tmp_path / "pgid"
+    command, when, args = _KILL_AT[kill_at]
+    shim = _kill_shim(tmp_path, pgid, command, when, args.format(pre=pre))
+    up = subprocess.Popen([*CLI, "local", "up", str(SPEC), "--nodes-only", "--net", CRASH_NET, "--boot", BOOT,
+                           "--state", str(state)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True, env={**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"})
+    pgid.write_text(str(up.pid))  # its own session: its PGID is its PID
     try:
-        # kill it once three namespaces exist (the bridge's and two nodes'), before the other four
-        wait_for("up half-way", lambda: len([n for n in netns_list() if n.startswith(pre)]) >= 3, 120, every=0.05)
+        _, err = up.communicate(timeout=180)
     finally:
-        os.killpg(up.pid, signal.SIGKILL)
-        up.wait(30)
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait(30)
+    assert up.returncode == -signal.SIGKILL, f"up was not killed at {kill_at}: rc={up.returncode}\n{err}"
     left = [n for n in netns_list() if n.startswith(pre)]
-    assert 3 <= len(left) < 7, left  # a half-made cluster: something for down to remove
+    assert 2 <= len(left) < 7, left  # a half-made cluster: something for down to remove
     down = cli("local", "down", "--state", str(state))
     assert down.returncode == 0, down.stdout + down.stderr
     assert not [n for n in netns_list() if n.startswith(pre)]
@@ -850,3 +887,33 @@ def test_down_after_a_crashed_up_removes_what_it_made(tmp_path: Path) -> None:
     assert subprocess.run(["pgrep", "-f", str(state)], capture_output=True, check=False).returncode == 1
     assert str(state) not in Path("/proc/self/mountinfo").read_text()
     assert cli("local", "down", "--state", str(state)).returncode == 0  # and again
+
+
+def test_a_failed_up_removes_what_it_made_and_frees_its_node_names(tmp_path: Path) -> None:
+    """`up` failing half-way (the third namespace cannot be made) removes what it made, says so
+    and frees its node names: the same spec comes up again in another state folder, not refused
+    for names a cluster that never came up held (it was, until the namespaces' write-ahead fix's
+    test injected a failure)."""
+    from clusterforge.local import registry
+
+    state = tmp_path / "state"
+    pre = prefix(CRASH_NET) + "-"
+    shim = _kill_shim(tmp_path, tmp_path / "unused", "ip", "fail", f"netns add {pre}n2")
+    p = subprocess.run([*CLI, "local", "up", str(SPEC), "--nodes-only", "--net", CRASH_NET, "--boot", BOOT,
+                        "--state", str(state)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"})
+    assert p.returncode != 0
+    assert f"netns add {pre}n2: injected failure" in p.stderr, p.stderr
+    assert "up removed what it had made and freed its node names" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+    assert not [n for n in netns_list() if n.startswith(pre)]
+    assert not state.exists()
+    assert not registry._entry(state).exists()
+    assert subprocess.run(["pgrep", "-f", str(state)], capture_output=True, check=False).returncode == 1
+    # the names are free: another state folder's claim of the same spec's nodes is not refused
+    other = tmp_path / "other"
+    other.mkdir()
+    try:
+        registry.claim(other, "local", ["gpu-001", "gpu-002", "cpu-001", "cpu-002"], str(SPEC))
+    finally:
+        registry.release(other)

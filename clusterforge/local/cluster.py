@@ -204,23 +204,49 @@ class LocalCluster:
         else:
             layout = plan_layout(Path(spec_path), net, os_name=os_name, boot=check_boot(boot or DEFAULT_BOOT),
                                  torch=TORCH_VERSION if torch else None)
-            rootfs, repo = self._prepare(layout, say, seconds, [n.name for n in layout.nodes if n.role == "compute"])
-            layers = self._layers(layout, rootfs, say, seconds)
-            binds = self._shared_folders(layout)
-            t = time.monotonic()
-            how = "systemd as PID 1 (systemd-nspawn)" if layout.boot == "systemd" else "sshd as PID 1 (chroot)"
-            say(f"nodes: starting {len(layout.nodes)} on {layout.net}.0/24 ({', '.join(layout.names)}), {how}")
-            specs = [f"{n.name}={n.address}" + (f":gpu{n.gpus}" if n.gpus else "") for n in layout.nodes]
-            self._nodes_sh("up", rootfs, repo, layout.net, layout.prefix, *specs, timeout=600, boot=layout.boot,
-                           extra_env={"NODES_LAYERS": ":".join(layers), "NODES_BINDS": " ".join(binds)})
-            self._attach_standins(layout, Path(spec_path), say)
-            seconds["nodes"] = time.monotonic() - t
+            with self._removed_on_failure():
+                rootfs, repo = self._prepare(layout, say, seconds,
+                                             [n.name for n in layout.nodes if n.role == "compute"])
+                layers = self._layers(layout, rootfs, say, seconds)
+                binds = self._shared_folders(layout)
+                t = time.monotonic()
+                how = "systemd as PID 1 (systemd-nspawn)" if layout.boot == "systemd" else "sshd as PID 1 (chroot)"
+                say(f"nodes: starting {len(layout.nodes)} on {layout.net}.0/24 ({', '.join(layout.names)}), {how}")
+                specs = [f"{n.name}={n.address}" + (f":gpu{n.gpus}" if n.gpus else "") for n in layout.nodes]
+                self._nodes_sh("up", rootfs, repo, layout.net, layout.prefix, *specs, timeout=600, boot=layout.boot,
+                               extra_env={"NODES_LAYERS": ":".join(layers), "NODES_BINDS": " ".join(binds)})
+                self._attach_standins(layout, Path(spec_path), say)
+                seconds["nodes"] = time.monotonic() - t
         result = None
         if configure:
             t = time.monotonic()
             result = self.configure(check=check, diff=diff, progress=ansible_progress)
             seconds["configure"] = time.monotonic() - t
         return UpResult(layout=layout, seconds=seconds, configure=result)
+
+    @contextlib.contextmanager
+    def _removed_on_failure(self) -> Iterator[None]:
+        """An ``up`` that fails (or is interrupted) before its nodes are up removes what it made and
+        gives back its node names, then re-raises: otherwise the next ``up`` of the same spec is
+        refused for names a cluster that never came up still holds. A state folder that existed
+        before keeps its files (``down`` would delete them; it may hold what the user wants back).
+        A failed configure is not undone: its nodes stay up for the operator to look at."""
+        from clusterforge.local import registry, standin_hw
+
+        existed = self.state.exists()
+        try:
+            yield
+        except BaseException as e:
+            if self.state.exists():
+                self._nodes_sh("down", timeout=600, check=False)
+                standin_hw.detach(self.state)
+                if not existed:
+                    shutil.rmtree(self.state, ignore_errors=True)
+            claimed = registry.release(self.state)  # False: refused before anything was made
+            if isinstance(e, LocalError) and claimed:
+                raise LocalError(f"{e}\n(up removed what it had made and freed its node names: nothing is left "
+                                 "running; fix the cause and run up again)") from None
+            raise
 
     def _attach_standins(self, layout: LocalLayout, spec_path: Path, say: Callable[[str], Any]) -> None:
         """Stand-in hardware (AMD device files, EFA group, NVMe loop devices) and the roles' local
@@ -244,17 +270,18 @@ class LocalCluster:
         rc = resolve_file(spec_path).require_valid("run locally")
         layout = fl.plan_aws_layout(rc, spec_path, net)
         seconds: dict[str, float] = {}
-        # the instances claim their names at boot, from the group's hosts: those are the names
-        rootfs, repo = self._prepare(layout, say, seconds, [h for g in rc.with_role("compute") for h in g.hosts])
-        self._nodes_sh("bridge", rootfs, repo, layout.net, layout.prefix, timeout=120)
-        aws = fl.AwsFlavour(self, layout)
-        t = time.monotonic()
-        aws.start_cloud(rc, say)
-        want = fl.expected_instances(rc)
-        say(f"instances: waiting for {want} to boot and claim their names (at most {fl.BOOT_TIMEOUT_S} s)")
-        aws.wait_named(want)
-        layout = aws.refresh_layout()
-        seconds["instances"] = time.monotonic() - t
+        with self._removed_on_failure():
+            # the instances claim their names at boot, from the group's hosts: those are the names
+            rootfs, repo = self._prepare(layout, say, seconds, [h for g in rc.with_role("compute") for h in g.hosts])
+            self._nodes_sh("bridge", rootfs, repo, layout.net, layout.prefix, timeout=120)
+            aws = fl.AwsFlavour(self, layout)
+            t = time.monotonic()
+            aws.start_cloud(rc, say)
+            want = fl.expected_instances(rc)
+            say(f"instances: waiting for {want} to boot and claim their names (at most {fl.BOOT_TIMEOUT_S} s)")
+            aws.wait_named(want)
+            layout = aws.refresh_layout()
+            seconds["instances"] = time.monotonic() - t
         say("instances: " + ", ".join(f"{n.name}={n.instance_id}@{n.address}" for n in layout.nodes))
         result = None
         if configure:

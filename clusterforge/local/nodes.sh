@@ -60,6 +60,14 @@ starttime() { # PID: its start time, or nothing when there is no such process (o
 record_pid() { # PID: its start time into STATE/pids.start
   echo "$1 $(starttime "$1")" >>"$STATE/pids.start"
 }
+# Recorded before it exists (write-ahead): `up` killed at any instant (a closed terminal, an OOM
+# kill) leaves nothing that `down` does not know of. A namespace's name is written before `ip
+# netns add`; a started process writes its own PID (self_record, in the child before it execs)
+# before it leaves the caller's process group, so the parent's `$!` is never the only record.
+# `down` tolerates a name recorded but never made.
+self_record() { # in a child started with `&`: its own PID into STATE/pids and STATE/pids.start
+  echo "$BASHPID" >>"$STATE/pids"; record_pid "$BASHPID"
+}
 ours() { # PID: true while PID is the process recorded under it
   local want
   want=$(awk -v p="$1" '$1 == p { s = $2; n = 1 } END { if (n) print (s == "" ? "-" : s) }' \
@@ -166,8 +174,9 @@ spawn)
   pidfile=${3:?PIDFILE}; ns=${4:?NETNS}; logf=${5:?LOG}; shift 5
   # nsenter --net, not `ip netns exec`: that one also gives the daemon a mount namespace with a
   # fresh /sys, without the cgroup mounts that the nodes the hypervisor boots need for slurmd
-  setsid nsenter --net="/run/netns/$ns" "$@" </dev/null >>"$logf" 2>&1 &
-  echo $! >"$pidfile"; echo $! >>"$STATE/pids"; record_pid $!; exit 0 ;;
+  # (setsid execs in place: a background child of this script is no process-group leader)
+  ( self_record; exec setsid nsenter --net="/run/netns/$ns" "$@" ) </dev/null >>"$logf" 2>&1 &
+  echo $! >"$pidfile"; exit 0 ;;
 up|bridge|boot) ;;
 *) echo "unknown command $cmd" >&2; exit 2 ;;
 esac
@@ -201,17 +210,17 @@ boot_systemd() { # NAME NETNS DIR GPUS: systemd as PID 1 in systemd-nspawn, on t
   # after the directory go to the container's systemd: on this cgroup v1 host, systemd 256+ (trixie)
   # boots only with SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1 on its "kernel" command line, which in
   # a container is PID 1's own argv (older systemd ignores it)
-  setsid unshare --mount --propagation private bash -c '
+  ( self_record; exec setsid unshare --mount --propagation private bash -c '
     set -e; lower=$1; d=$2; r=$d/root; shift 2
     mount -t overlay overlay -o "lowerdir=$lower,upperdir=$d/upper,workdir=$d/work" "$r"
     ssh-keygen -A -f "$r" >/dev/null
     exec systemd-nspawn "$@"
   ' _ "$(lowerdirs)" "$d" -b -D "$r" --keep-unit --register=no --network-namespace-path="/run/netns/$ns" \
     -M "$name" --hostname="$name" --console=read-only --quiet "${binds[@]}" \
-    systemd.unified_cgroup_hierarchy=0 SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1 \
+    systemd.unified_cgroup_hierarchy=0 SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1 ) \
     </dev/null >"$d/boot.log" 2>&1 &
   nspawn=$!
-  echo "$nspawn" >"$d/pid"; echo "$nspawn" >>"$STATE/pids"; record_pid "$nspawn"
+  echo "$nspawn" >"$d/pid"
   for _ in $(seq 300); do  # the container's systemd: nspawn's child (30 s at most)
     p1=$(pgrep -P "$nspawn" | head -1 || true)
     [ -n "$p1" ] && [ "$(cat "/proc/$p1/comm" 2>/dev/null)" = systemd ] && break
@@ -271,7 +280,7 @@ boot_node() { # NAME=ADDR[:gpuN]: one node on the bridge (its namespaces, disk, 
   printf "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n" >"$u/etc/hosts"
   echo "$name" >"$u/etc/hostname"
   # network: a veth from the bridge into the node's namespace
-  ip netns add "$ns"; echo "$ns" >>"$STATE/netns"; echo "$ns" >"$d/netns"
+  echo "$ns" >>"$STATE/netns"; echo "$ns" >"$d/netns"; ip netns add "$ns"
   ip -n "$ns" link set lo up
   ip link add "${PREFIX}v$i" type veth peer name eth0 netns "$ns"
   ip link set "${PREFIX}v$i" netns "$BRNS"
@@ -284,7 +293,7 @@ boot_node() { # NAME=ADDR[:gpuN]: one node on the bridge (its namespaces, disk, 
   else
     # boot: new PID/mount/UTS namespaces; sshd is PID 1 (it reaps orphans); --kill-child takes the
     # whole PID namespace down when the recorded unshare process is killed
-    nsenter --net="/run/netns/$ns" unshare --pid --fork --kill-child --mount --uts --propagation private \
+    ( self_record; exec nsenter --net="/run/netns/$ns" unshare --pid --fork --kill-child --mount --uts --propagation private \
       bash -c '
         set -e; lower=$1; d=$2; gpus=$3; hostname "$4"; binds=$5; r=$d/root
         mount -t overlay overlay -o "lowerdir=$lower,upperdir=$d/upper,workdir=$d/work" "$r"
@@ -303,8 +312,8 @@ boot_node() { # NAME=ADDR[:gpuN]: one node on the bridge (its namespaces, disk, 
         mount -t tmpfs -o mode=1777 tmpfs "$r/tmp"
         chroot "$r" ssh-keygen -A >/dev/null
         exec chroot "$r" /usr/sbin/sshd -D -e -o UseDNS=no
-      ' _ "$(lowerdirs)" "$d" "$gpus" "$name" "$BINDS" >"$d/sshd.log" 2>&1 &
-    echo $! >"$d/pid"; echo $! >>"$STATE/pids"; record_pid $!
+      ' _ "$(lowerdirs)" "$d" "$gpus" "$name" "$BINDS" ) >"$d/sshd.log" 2>&1 &
+    echo $! >"$d/pid"
   fi
   echo "$name $addr $gpus" >>"$STATE/inventory.txt"
   wait_sshd "$name" "$addr"
@@ -359,14 +368,13 @@ trap 'rc=$?; [ $rc = 0 ] || { log "up failed (rc=$rc), tearing down"; down; }' E
 [ -f "$STATE/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C "clusterforge-local" -f "$STATE/id_ed25519"
 
 # the bridge namespace: bridge, the repository server, the Ansible side
-ip netns add "$BRNS"; echo "$BRNS" >>"$STATE/netns"
+echo "$BRNS" >>"$STATE/netns"; ip netns add "$BRNS"
 ip -n "$BRNS" link set lo up
 ip -n "$BRNS" link add br0 type bridge
 ip -n "$BRNS" addr add "$NET.1/24" dev br0
 ip -n "$BRNS" link set br0 up
-ip netns exec "$BRNS" python3 -m http.server "$PORT" --bind "$NET.1" --directory "$REPO" \
+( self_record; exec ip netns exec "$BRNS" python3 -m http.server "$PORT" --bind "$NET.1" --directory "$REPO" ) \
   >"$STATE/repo-http.log" 2>&1 &
-echo $! >>"$STATE/pids"; record_pid $!
 
 for _ in $(seq 100); do
   ip netns exec "$BRNS" timeout 2 bash -c "exec 3<>/dev/tcp/$NET.1/$PORT" 2>/dev/null && break; sleep 0.1
