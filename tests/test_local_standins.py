@@ -3,6 +3,9 @@ spec, and the role variables it writes (each one a variable the roles declare)."
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -61,3 +64,28 @@ def test_every_role_variable_is_one_a_role_declares() -> None:
     assert v["efa_installer_checksum"] == "sha256:http://10.87.9.1:8081/efa/SHA256SUMS"
     assert v["efa_installer_args"] == ["-y", "--skip-kmod", "--no-verify"]
     assert v["rocm_repo_url"] == "http://10.87.9.1:8081/rocm/apt/{{ clusterforge_gpu_stack.rocm }}"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("losetup") is None, reason="needs root and losetup")
+def test_detach_finds_a_loop_device_the_record_missed(tmp_path: Path) -> None:
+    """`up` killed between `losetup` and writing the device into standins/loops: `down`'s detach
+    still finds it by its file (under the state folder) and detaches it; one of someone else's
+    stays attached."""
+    state = tmp_path / "state"
+    (state / "standins").mkdir(parents=True)
+    mine, theirs = state / "standins" / "cpu-01-nvme0.img", tmp_path / "theirs.img"
+    for img in (mine, theirs):
+        with open(img, "wb") as fh:
+            fh.truncate(1 << 20)
+    devs = [subprocess.run(["losetup", "--find", "--show", str(img)], capture_output=True, text=True, check=True,
+                           timeout=60).stdout.strip() for img in (mine, theirs)]
+    try:
+        assert standin_hw.detach(state) == [f"loop device: {devs[0]}"]
+        listed = subprocess.run(["losetup", "--list", "--noheadings", "--raw", "--output", "NAME,BACK-FILE"],
+                                capture_output=True, text=True, check=True, timeout=60).stdout
+        assert f"{devs[0]} {mine}" not in listed
+        assert f"{devs[1]} {theirs}" in listed
+        assert not mine.exists()
+    finally:
+        for d in devs:
+            subprocess.run(["losetup", "--detach", d], capture_output=True, check=False, timeout=60)

@@ -189,16 +189,21 @@ def detach(state: Path) -> list[str]:
     """Detach the loop devices ``attach`` recorded and delete their files; safe to run twice."""
     f = state / "standins" / "loops"
     removed: list[str] = []
-    if f.is_file():
-        for dev in [ln.strip() for ln in f.read_text().split() if ln.strip()]:
-            # only while it is still ours: a number detached since may be someone else's now
-            back = proc.run(["losetup", "--noheadings", "--output", "BACK-FILE", "--list", dev], timeout=60)
-            if str(state / "standins") not in back.stdout:
-                continue
-            p = proc.run(["losetup", "--detach", dev], timeout=60)
-            if p.returncode == 0:
-                removed.append(f"loop device: {dev}")
-        f.unlink()
+    recorded = [ln.strip() for ln in f.read_text().split() if ln.strip()] if f.is_file() else []
+    # and every loop device whose file is one of ours: a run killed between `losetup` and its
+    # record leaves one attached that the record does not name
+    listed = proc.run(["losetup", "--list", "--noheadings", "--raw", "--output", "NAME,BACK-FILE"], timeout=60)
+    ours = [ln.split(" ", 1)[0] for ln in listed.stdout.splitlines()
+            if " " in ln and ln.split(" ", 1)[1].startswith(f"{state / 'standins'}/")]
+    for dev in dict.fromkeys(recorded + ours):
+        # only while it is still ours: a number detached since may be someone else's now
+        back = proc.run(["losetup", "--noheadings", "--output", "BACK-FILE", "--list", dev], timeout=60)
+        if str(state / "standins") not in back.stdout:
+            continue
+        p = proc.run(["losetup", "--detach", dev], timeout=60)
+        if p.returncode == 0:
+            removed.append(f"loop device: {dev}")
+    f.unlink(missing_ok=True)
     for img in sorted((state / "standins").glob("*.img")) if (state / "standins").is_dir() else []:
         img.unlink()
     return removed
