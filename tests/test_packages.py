@@ -301,13 +301,16 @@ def test_role_names_the_packages_of_the_repos_packaging(tmp_path: Path) -> None:
 def test_package_tasks_keep_check_mode_and_hold() -> None:
     """What makes check mode and a second run work, read from the task file (the e2e run proves the
     rest): reads never change, the check skips daemons check mode would only install, the hold stays."""
-    tasks = {t["name"]: t for t in yaml.safe_load((ROLE / "tasks" / "packages.yml").read_text())}
+    tasks = {t["name"]: t for f in ("packages.yml", "repo.yml") for t in yaml.safe_load((ROLE / "tasks" / f).read_text())}
     read = tasks["Read the release of the installed daemons"]
     assert (read["changed_when"], read["check_mode"]) == (False, False)
     assert "ansible_check_mode" in tasks["Check that the daemons are Slurm {{ __slurm_family }}"]["when"]
     assert tasks["Hold the Slurm packages at the installed version"]["ansible.builtin.dpkg_selections"] == {
         "name": "{{ item }}", "selection": "hold"}
     assert tasks["Refresh the apt cache for the new source"]["when"].startswith("__slurm_repo_result is changed")
+    # the site's repository's tasks run only where the spec names one (included), after the pin
+    assert tasks["The site's Slurm repository"]["when"] == "__slurm_repo is not none"
+    assert tasks["The site's Slurm repository"]["ansible.builtin.include_tasks"]["file"] == "repo.yml"
     deb822 = tasks["Add the site's Slurm repository (slurm.package_repo)"]["ansible.builtin.deb822_repository"]
     assert set(deb822) == {"name", "types", "uris", "suites", "components", "signed_by", "state"}
 

@@ -7,6 +7,7 @@ every golden file that Slurm 22.05 can read into the real daemons.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -85,7 +86,7 @@ def test_compiled_template_cache_renders_the_same(tmp_path: Path, monkeypatch: p
         tpl.mkdir()
         for p in render_mod.TEMPLATES.iterdir():
             (tpl / p.name).write_text(p.read_text())
-        monkeypatch.setattr(render_mod, "TEMPLATES", tpl)
+        monkeypatch.setattr(importlib.import_module("clusterforge.render.build"), "TEMPLATES", tpl)
         render_mod._env.cache_clear()
         assert rendered("hybrid.yaml") == first  # stores the copies' code
         (tpl / "cgroup.conf.j2").write_text((tpl / "cgroup.conf.j2").read_text() + "# changed\n")

@@ -1050,8 +1050,8 @@ def test_an_unchanged_render_is_not_rolled_out_in_batches() -> None:
 
 
 def test_the_rollout_drain_reason_is_the_one_the_role_resumes() -> None:
-    """The role lifts only drains whose reason starts with the prefix (tasks/daemons.yml); the filter
+    """The role lifts only drains whose reason starts with the prefix (tasks/start_compute.yml); the filter
     and the task must agree, or an operator's drain could be lifted or the role's never."""
-    tasks = (ROOT / "roles" / "slurm" / "tasks" / "daemons.yml").read_text()
+    tasks = (ROOT / "roles" / "slurm" / "tasks" / "start_compute.yml").read_text()
     assert PLUGIN_MOD.DRAIN_PREFIX == "clusterforge configure:"
     assert f"is search('Reason={PLUGIN_MOD.DRAIN_PREFIX}')" in tasks
