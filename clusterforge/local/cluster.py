@@ -6,6 +6,10 @@ effective spec), the recorded PIDs and namespaces of ``nodes.sh``, the SSH key, 
 inventory and its render, the local Ansible variables, the generated slurmdbd password (0600,
 never printed) and the scrubbed ansible-runner artifacts of the last run.
 
+One module, one class: the lifecycle's steps share the state folder and its invariants (what `up`
+records, `down` removes). The parts that stand alone are modules of their own: ``layout``
+(addresses, overrides), ``registry`` (node names in use), ``standin_hw``, ``nodes.sh``, ``aws/``.
+
 Ansible reaches the nodes from the bridge's network namespace; ``in_netns`` moves this thread
 there for the run, so ansible-runner and its SSH children start inside it.
 """
@@ -231,18 +235,15 @@ class LocalCluster:
         refused for names a cluster that never came up still holds. A state folder that existed
         before keeps its files (``down`` would delete them; it may hold what the user wants back).
         A failed configure is not undone: its nodes stay up for the operator to look at."""
-        from clusterforge.local import registry, standin_hw
+        from clusterforge.local import registry
 
         existed = self.state.exists()
         try:
             yield
         except BaseException as e:
-            if self.state.exists():
-                self._nodes_sh("down", timeout=600, check=False)
-                standin_hw.detach(self.state)
-                if not existed:
-                    shutil.rmtree(self.state, ignore_errors=True)
-            claimed = registry.release(self.state)  # False: refused before anything was made
+            claimed = registry.holds(self.state)  # False: refused before anything was made
+            with contextlib.suppress(LocalError):  # the cause is the error to show, not a failed teardown
+                self.down(keep_folder=existed)
             if isinstance(e, LocalError) and claimed:
                 raise LocalError(f"{e}\n(up removed what it had made and freed its node names: nothing is left "
                                  "running; fix the cause and run up again)") from None
@@ -484,8 +485,9 @@ class LocalCluster:
         return st
 
     # ------------------------------------------------------------------------------ down
-    def down(self) -> list[str]:
-        """Remove everything ``up`` made; safe to run twice or after a crash. Returns what it removed."""
+    def down(self, *, keep_folder: bool = False) -> list[str]:
+        """Remove everything ``up`` made; safe to run twice or after a crash. Returns what it removed.
+        ``keep_folder`` keeps the state folder's other files (a failed ``up`` in a folder that existed)."""
         removed: list[str] = []
         if not self.state.exists():
             return removed
@@ -503,8 +505,9 @@ class LocalCluster:
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid), 15)
                 removed.append(f"ssh control master: {pid}")
-        shutil.rmtree(self.state)
-        removed.append(f"state folder {self.state}")
+        if not keep_folder:
+            shutil.rmtree(self.state)
+            removed.append(f"state folder {self.state}")
         from clusterforge.local import registry
 
         if registry.release(self.state):

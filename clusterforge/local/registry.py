@@ -78,6 +78,11 @@ def claim(state: Path, cluster: str, names: Iterable[str], source: str) -> None:
         os.replace(tmp, entry)
 
 
+def holds(state: Path) -> bool:
+    """True while ``state`` has claimed its node names."""
+    return _entry(state).is_file()
+
+
 def release(state: Path) -> bool:
     """Forget ``state``'s names (``down``); True if it had an entry."""
     entry = _entry(state)
