@@ -84,7 +84,7 @@ def test_validate_through_ansible_runner_leaves_no_secret(tmp_path: Path) -> Non
     assert files, "artifacts were kept"
     for f in files:
         assert secret.encode() not in f.read_bytes(), f
-    assert not any(p.name in ("env", "envvars", "extravars", "passwords", "stdout") for p in (tmp_path / "artifacts").rglob("*"))
+    assert not any(p.name in ("env", "envvars", "extravars", "passwords", "stdout", "fact_cache") for p in (tmp_path / "artifacts").rglob("*"))
     assert (tmp_path / "inv" / "hosts.yml").is_file()
 
 

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -132,6 +133,62 @@ def test_render_sha256_hashes_bytes_and_names_a_missing_file(tmp_path: Path) -> 
     (tmp_path / "slurm" / "slurm.conf").write_bytes(data)
     got = mod.render_sha256(str(tmp_path), ["slurm/slurm.conf", "slurm/gone.conf"])
     assert got == {"slurm/slurm.conf": hashlib.sha256(data).hexdigest(), "slurm/gone.conf": None}
+
+
+def _files_filters():
+    spec = importlib.util.spec_from_file_location(
+        "cf_files", ROOT / "roles" / "slurm" / "filter_plugins" / "clusterforge_files.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_files_to_copy_names_the_files_a_node_lacks_or_has_otherwise(tmp_path: Path) -> None:
+    """The slurm role's copy loops over these only: a file the node lacks, or has with other bytes,
+    owner, group or mode; a file the host's group keeps (kept_on) only when it lacks it."""
+    mod = _files_filters()
+    (tmp_path / "slurm").mkdir()
+    for name in ("a.conf", "b.conf", "c.conf", "d.conf", "kept.conf"):
+        (tmp_path / "slurm" / name).write_bytes(name.encode())
+    sha = {n: hashlib.sha256(n.encode()).hexdigest() for n in ("a.conf", "b.conf", "c.conf", "d.conf")}
+
+    def entry(name: str, **kw: Any) -> dict[str, Any]:
+        return {"name": f"slurm/{name}", "node_path": f"/etc/slurm/{name}", "owner": "root", "group": "root",
+                "mode": "0644", **kw}
+
+    def node(name: str, **kw: Any) -> dict[str, Any]:
+        return {"type": "file", "owner": "root", "group": "root", "mode": "0644", "sha256": sha.get(name), **kw}
+
+    entries = [entry("a.conf"), entry("b.conf"), entry("c.conf", mode=0o600), entry("d.conf"),
+               entry("kept.conf", kept_on=["cpu"]), entry("new.conf")]
+    have = {
+        "/etc/slurm/a.conf": node("a.conf"),                        # as rendered
+        "/etc/slurm/b.conf": node("b.conf", sha256="0" * 64),       # other bytes
+        "/etc/slurm/c.conf": node("c.conf", mode="0600"),           # as rendered, mode given as a number
+        "/etc/slurm/d.conf": node("d.conf", owner="slurm"),         # other owner
+        "/etc/slurm/kept.conf": node("kept.conf", sha256="1" * 64),  # the host's program changed it
+    }
+    got = mod.files_to_copy(entries, have, str(tmp_path), "cpu")
+    assert [e["name"] for e in got] == ["slurm/b.conf", "slurm/d.conf", "slurm/new.conf"]
+    # the same kept file on a host whose group does not keep it is put back
+    assert [e["name"] for e in mod.files_to_copy(entries, have, str(tmp_path), "gpu")] == [
+        "slurm/b.conf", "slurm/d.conf", "slurm/kept.conf", "slurm/new.conf"]
+    assert mod.files_to_copy([], have, str(tmp_path), "cpu") == []
+
+
+def test_dirs_to_make_names_the_folders_a_node_lacks_or_has_otherwise() -> None:
+    mod = _files_filters()
+
+    def folder(owner: str, mode: str = "0755") -> dict[str, str]:
+        return {"type": "directory", "owner": owner, "group": owner, "mode": mode}
+
+    dirs = [{"path": "/etc/slurm", "owner": "root"}, {"path": "/var/spool/slurmctld", "owner": "slurm"},
+            {"path": "/var/log/slurm", "owner": "slurm"}, "/etc/slurm/prolog.d", "/etc/slurm/epilog.d"]
+    have = {"/etc/slurm": folder("root"), "/var/spool/slurmctld": folder("root"),
+            "/var/log/slurm": folder("slurm", "0700"), "/etc/slurm/prolog.d": folder("root")}
+    assert mod.dirs_to_make(dirs, have) == [{"path": "/var/spool/slurmctld", "owner": "slurm"},
+                                            {"path": "/var/log/slurm", "owner": "slurm"}, "/etc/slurm/epilog.d"]
 
 
 @pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-core is not installed")

@@ -976,6 +976,14 @@ def test_the_role_refuses_an_installed_file_the_manifest_did_not_hash(tmp_path: 
     assert f"gives slurm/cgroup.conf SHA-256 {entry['sha256']}" in flat
     assert f"Render again (`clusterforge render SPEC --out {link}`)" in flat
 
+    # the copy ran before the check stopped that run: the node now holds the edited bytes, so the
+    # next run copies nothing, and the check still refuses them
+    assert Path(node_path).read_bytes() == tampered
+    rc, _, text = run()
+    assert rc != 0
+    flat = " ".join(text.split())
+    assert f"{node_path} on cpu-001 has SHA-256 {hashlib.sha256(tampered).hexdigest()}" in flat, text[-4000:]
+
 
 def test_no_role_reads_rendered_config_text() -> None:
     """The roles take what they need from manifest.json; a rendered file's text is only ever copied

@@ -283,6 +283,10 @@ def configure(
             suppress_output_file=True,
             event_handler=_events_to_progress(progress) if progress else None,
             project_dir=str(REPO_ROOT),
+            # ansible-runner's default, a JSON file per host in the artifacts, makes Ansible
+            # decode the host's facts anew for every task it queues and encode them at every
+            # fact change; facts are gathered at every run (site.yml's first play) anyway
+            fact_cache_type="memory",
         )
         duration = time.monotonic() - started
         stats = _stats_from_runner(r)
