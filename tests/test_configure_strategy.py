@@ -14,18 +14,20 @@ import pytest
 from clusterforge.configure import ConfigureError, strategy_env
 
 
-def test_linear_is_the_default_and_adds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_linear_is_the_default_and_names_the_controller_skip_wrapper(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CLUSTERFORGE_ANSIBLE_STRATEGY", raising=False)
-    assert strategy_env(None) == {}
-    assert strategy_env("linear") == {}
+    env = strategy_env(None)
+    assert env == strategy_env("linear")
+    assert env["ANSIBLE_STRATEGY"] == "clusterforge_linear"
+    assert (Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "clusterforge_linear.py").is_file()
 
 
 def test_mitogen_points_ansible_at_its_strategy_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("ansible_mitogen", reason="pip install mitogen (requirements-ci.txt)")
     monkeypatch.setenv("CLUSTERFORGE_ANSIBLE_STRATEGY", "mitogen")
     env = strategy_env(None)
-    assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
-    assert (Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
+    assert env["ANSIBLE_STRATEGY"] == "clusterforge_mitogen_linear"
+    assert (Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "clusterforge_mitogen_linear.py").is_file()
 
 
 def test_an_unknown_strategy_says_which_ones_exist(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -37,6 +37,7 @@ searched for every secret value; a hit deletes the artifacts and fails the run.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -53,6 +54,7 @@ from clusterforge.errors import ClusterforgeError
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = REPO_ROOT / "playbooks"
 ANSIBLE_CFG = REPO_ROOT / "ansible.cfg"
+STRATEGY_PLUGINS = PLAYBOOKS / "strategy_plugins"
 
 
 class ConfigureError(ClusterforgeError):
@@ -338,29 +340,31 @@ STRATEGIES = ("linear", "mitogen")
 def strategy_env(strategy: str | None) -> dict[str, str]:
     """The environment that selects Ansible's execution strategy.
 
-    ``mitogen``: Mitogen for Ansible (the ``mitogen`` package) keeps one Python interpreter per
-    host for the whole run and sends it each module, instead of starting Python over SSH for every
-    task on every host. The plays, roles and results are the same; it is the strategy plugin
-    ``mitogen_linear``, Ansible's ``linear`` order. Modules that re-execute themselves under
+    ``linear``: Ansible's own order, task by task on every host. ``mitogen``: Mitogen for Ansible
+    (the ``mitogen`` package) keeps one Python interpreter per host for the whole run and sends it
+    each module, instead of starting Python over SSH for every task on every host; it is Mitogen's
+    strategy plugin ``mitogen_linear``, the same order. Modules that re-execute themselves under
     another interpreter (``respawn_module``, mitogen-hq/mitogen#849) are the known gap: site.yml
-    installs python3-apt first so the apt modules never need it."""
+    installs python3-apt first so the apt modules never need it.
+
+    Both are the ``playbooks/strategy_plugins`` wrappers (``clusterforge_linear``,
+    ``clusterforge_mitogen_linear``), which decide a host's skip of a task in Ansible's own process
+    instead of a forked worker (``controller_skip``); the plays, roles and results are the same."""
     chosen = strategy or os.environ.get("CLUSTERFORGE_ANSIBLE_STRATEGY") or "linear"
     if chosen not in STRATEGIES:
         raise ConfigureError(
             f"strategy {chosen!r} (from --strategy or CLUSTERFORGE_ANSIBLE_STRATEGY) is not one of "
             f"{', '.join(STRATEGIES)}; use linear (Ansible's own) or mitogen (pip install mitogen)"
         )
+    env = {"ANSIBLE_STRATEGY_PLUGINS": str(STRATEGY_PLUGINS), "ANSIBLE_STRATEGY": "clusterforge_linear"}
     if chosen == "linear":
-        return {}
-    try:
-        import ansible_mitogen
-    except ImportError:
+        return env
+    if importlib.util.find_spec("ansible_mitogen") is None:
         raise ConfigureError(
             "strategy mitogen needs the mitogen package on the Ansible host: pip install mitogen "
             "(or use --strategy linear)"
-        ) from None
-    plugins = Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"
-    return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": "mitogen_linear"}
+        )
+    return env | {"ANSIBLE_STRATEGY": "clusterforge_mitogen_linear"}
 
 
 def _quote(s: str) -> str:

@@ -6,8 +6,7 @@
   copy on the node (``__slurm_node_paths``, one read per host) is missing or differs from what the
   render wants. The tasks loop over these only. Before, they looped over every file with a ``when``,
   and Ansible templated that ``when`` (and, through it, every file's hash and the node's read) once
-  per item and host: at 6 hosts that was 45 items a host, about 1.5 s of an idempotent re-run that
-  copies nothing.
+  per item and host: 45 items a host at 6 hosts, in an idempotent re-run that copies nothing.
 """
 
 from __future__ import annotations

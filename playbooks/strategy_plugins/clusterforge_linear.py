@@ -1,0 +1,27 @@
+"""Ansible's linear strategy, with the skips it can decide decided in its own process.
+
+See ``clusterforge/configure/controller_skip.py`` for what is decided there and why it is the
+worker's own decision. Without clusterforge importable this is Ansible's linear strategy as is.
+"""
+
+from __future__ import annotations
+
+from ansible.plugins.strategy.linear import StrategyModule as LinearStrategy
+
+DOCUMENTATION = """
+name: clusterforge_linear
+short_description: linear, with a host's skip decided in the controller instead of a forked worker
+description:
+  - Ansible's linear strategy. A task whose when is false on a host, or whose loop is empty, gets
+    the worker's skipped result from the controller process without forking a worker.
+  - Everything else runs as under linear.
+"""
+
+try:
+    from clusterforge.configure.controller_skip import ControllerSkipMixin
+except ImportError:  # clusterforge not installed beside Ansible: linear as is
+    ControllerSkipMixin = object  # type: ignore[assignment,misc]
+
+
+class StrategyModule(ControllerSkipMixin, LinearStrategy):  # type: ignore[misc,valid-type]
+    pass
