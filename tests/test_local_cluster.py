@@ -173,6 +173,9 @@ def test_nodes_are_hosts_of_their_own(cluster: tuple[LocalCluster, Runs]) -> Non
         assert f"inet {n.address}/24" in sh(lc, n.name, "ip -o -4 addr show eth0")
         gpus = sh(lc, n.name, "ls /dev | grep -c -E '^nvidia[0-9]+$' || true").strip()
         assert int(gpus or 0) == n.gpus, (n.name, gpus)
+        # the node's own resolver, not this host's (whose nameserver a node cannot reach: every
+        # lookup /etc/hosts cannot answer, such as slurmctld's of 0.0.0.0, waited out 2 x 5 s)
+        assert sh(lc, n.name, "cat /etc/resolv.conf") == "nameserver 127.0.0.1\n", n.name
     # the addresses were moved into the test's network, and local mode said so
     assert any(o.startswith(f"addresses (not in {NET})") for o in layout.overrides)
     assert "SlurmdParameters=config_overrides" in (lc.state / "inventory" / "local.render" / "slurm" / "slurm.conf").read_text()

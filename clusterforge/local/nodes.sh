@@ -209,14 +209,18 @@ boot_systemd() { # NAME NETNS DIR GPUS: systemd as PID 1 in systemd-nspawn, on t
   # --keep-unit --register=no: this host runs no systemd (no bus, no machined). The arguments
   # after the directory go to the container's systemd: on this cgroup v1 host, systemd 256+ (trixie)
   # boots only with SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1 on its "kernel" command line, which in
-  # a container is PID 1's own argv (older systemd ignores it)
+  # a container is PID 1's own argv (older systemd ignores it). --resolv-conf=off keeps the node's
+  # own resolv.conf (nameserver 127.0.0.1, which boot_node writes: a lookup /etc/hosts cannot answer is
+  # refused at once); nspawn's default copies this host's, whose nameserver the node cannot reach,
+  # so every such lookup waited out glibc's 2 x 5 s (slurmctld's and slurmd's start looks up
+  # 0.0.0.0's name: each restart took 10 s, and so did the first fact gathering)
   ( self_record; exec setsid unshare --mount --propagation private bash -c '
     set -e; lower=$1; d=$2; r=$d/root; shift 2
     mount -t overlay overlay -o "lowerdir=$lower,upperdir=$d/upper,workdir=$d/work" "$r"
     ssh-keygen -A -f "$r" >/dev/null
     exec systemd-nspawn "$@"
   ' _ "$(lowerdirs)" "$d" -b -D "$r" --keep-unit --register=no --network-namespace-path="/run/netns/$ns" \
-    -M "$name" --hostname="$name" --console=read-only --quiet "${binds[@]}" \
+    -M "$name" --hostname="$name" --console=read-only --quiet --resolv-conf=off "${binds[@]}" \
     systemd.unified_cgroup_hierarchy=0 SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1 ) \
     </dev/null >"$d/boot.log" 2>&1 &
   nspawn=$!
