@@ -4,6 +4,7 @@
                                         [--os debian-12|debian-13] [--boot systemd|chroot]
                                         [--no-again] [--profile DIR] [--state DIR]
                                         [--strategy linear|mitogen] [--forks N]
+                                        [--image bare|baked] [--drop-images]
 
 Brings ``examples/local.yaml`` up with ``clusterforge local`` in a private state folder, and
 prints per phase wall-clock seconds:
@@ -15,6 +16,10 @@ prints per phase wall-clock seconds:
 * ``down``, then ``up`` again with the rootfs and repository cached;
 * a second ``up`` on the running cluster: the idempotent re-run (must report changed=0).
 
+``--image baked`` boots each node on its node group's baked image (``clusterforge local up --image
+baked``, clusterforge/local/image.py): a first ``up`` whose images are not cached yet bakes them
+(its ``image`` phase: site.yml's image phase on the bare nodes), the ``up again`` after ``down``
+boots on them; ``--drop-images`` first deletes the cached images, so that the first ``up`` bakes.
 ``--no-again`` leaves out the ``down`` and second ``up`` (first run and re-run only). Each line
 ends with the 1-minute load average before and after it: compare only runs under similar load.
 ``--profile DIR`` keeps each configure run's ansible-runner events in ``DIR/<phase>`` and prints
@@ -57,11 +62,11 @@ def load1() -> float:
 
 def one_up(
     lc: LocalCluster, spec: Path, net: str, label: str, os_name: str | None = None, boot: str | None = None,
-    profile: Path | None = None,
+    profile: Path | None = None, image: str = "bare",
 ) -> dict[str, float]:
     before = load1()
     t = time.monotonic()
-    res = lc.up(spec, net=net, os_name=os_name, boot=boot)
+    res = lc.up(spec, net=net, os_name=os_name, boot=boot, image=image)
     if res.configure is None or not res.configure.ok:
         fails = res.configure.failures if res.configure else []
         raise RuntimeError(f"{label}: the playbook failed: {fails[:3]}")
@@ -95,6 +100,9 @@ def main() -> int:
     ap.add_argument("--strategy", choices=("linear", "mitogen"), default=None,
                     help="Ansible strategy of every configure run (CLUSTERFORGE_ANSIBLE_STRATEGY; default linear)")
     ap.add_argument("--forks", type=int, default=None, help="Ansible forks (ANSIBLE_FORKS; ansible.cfg has 32)")
+    ap.add_argument("--image", choices=("bare", "baked"), default="bare",
+                    help="node image: bare minbase (the default) or each node group's baked image")
+    ap.add_argument("--drop-images", action="store_true", help="delete the cached node images first")
     args = ap.parse_args()
     if args.strategy:
         os.environ["CLUSTERFORGE_ANSIBLE_STRATEGY"] = args.strategy
@@ -109,20 +117,25 @@ def main() -> int:
         # rootfs-SUITE-slurm folders are not the local cluster's and stay
         for p in [*CACHE.glob("rootfs-*-node-*"), *CACHE.glob("apt-repo-*")]:
             shutil.rmtree(p, ignore_errors=True)
+    if args.cold or args.drop_images:
+        for p in CACHE.glob("image-*"):
+            shutil.rmtree(p, ignore_errors=True)
     lc = LocalCluster(args.state or Path(tempfile.mkdtemp(prefix="cf-bench-")) / "state")
     print(f"spec {args.spec}, network {args.net}, {'cold (no cache)' if args.cold else 'rootfs cached'}, "
           f"{os.cpu_count()} CPUs, load {load1():.1f}, strategy {os.environ.get('CLUSTERFORGE_ANSIBLE_STRATEGY', 'linear')}, "
-          f"forks {os.environ.get('ANSIBLE_FORKS', '32 (ansible.cfg)')}", flush=True)
+          f"forks {os.environ.get('ANSIBLE_FORKS', '32 (ansible.cfg)')}, image {args.image}", flush=True)
     prof = args.profile
     try:
         one_up(lc, args.spec, args.net, "first up" + (" (cold: builds caches)" if args.cold else ""), args.os_name,
-               args.boot, prof)
+               args.boot, prof, args.image)
         if not args.no_again:
             t = time.monotonic()
             lc.down()
             print(f"{'down':<34} {time.monotonic() - t:7.1f} s", flush=True)
-            one_up(lc, args.spec, args.net, "up again (rootfs + repo cached)", args.os_name, args.boot, prof)
-        rerun = one_up(lc, args.spec, args.net, "idempotent re-run (cluster up)", args.os_name, args.boot, prof)
+            again = "up again (rootfs + repo" + (" + images" if args.image == "baked" else "") + " cached)"
+            one_up(lc, args.spec, args.net, again, args.os_name, args.boot, prof, args.image)
+        rerun = one_up(lc, args.spec, args.net, "idempotent re-run (cluster up)", args.os_name, args.boot, prof,
+                       args.image)
         if rerun["changed"] != 0:
             print("the re-run changed something: not idempotent", file=sys.stderr)
             return 1

@@ -475,6 +475,11 @@ def local_up_cmd(
         typer.Option("--torch", help="PyTorch on every node: a read-only layer of the node rootfs, built once "
                      "(clusterforge/local/torch.sh; the first build downloads about 3 GB)"),
     ] = False,
+    image: Annotated[
+        str,
+        typer.Option(help="bare (the Debian minbase: the roles install every package) or baked (each node group's "
+                     "packages baked into a node image, as an AMI is: built once by site.yml's image phase, cached)"),
+    ] = "bare",
 ) -> None:
     """Create the nodes (each its own namespace, hostname, rootfs, /dev) and run playbooks/site.yml on them."""
     from clusterforge.configure import TextProgress
@@ -487,6 +492,7 @@ def local_up_cmd(
         os_name=os_name,
         boot=boot,
         torch=torch,
+        image=image,
         configure=not nodes_only,
         check=check,
         diff=diff,

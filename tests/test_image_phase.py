@@ -54,9 +54,9 @@ def _tasks(role: Path, name: str, tasks: list[dict[str, Any]], inherited: set[st
             arg = task[key]
             applied = set(arg.get("apply", {}).get("tags", [])) if isinstance(arg, dict) else set()
             _walk(role, _file_of(task, key), applied, runs, seen)
-        elif key := next((k for k in INSTALL if k in task), None):
-            if isinstance(task[key], dict) and "name" in task[key]:  # an install, not a cache refresh
-                seen.append((name, task["name"], reached and bool({TAG, "always"} & tags)))
+        elif (key := next((k for k in INSTALL if k in task), None)) and isinstance(task[key], dict) \
+                and "name" in task[key]:  # an install, not a cache refresh
+            seen.append((name, task["name"], reached and bool({TAG, "always"} & tags)))
 
 
 def _installs() -> list[tuple[str, str, str, bool]]:

@@ -176,6 +176,8 @@ def test_nodes_are_hosts_of_their_own(cluster: tuple[LocalCluster, Runs]) -> Non
         # the node's own resolver, not this host's (whose nameserver a node cannot reach: every
         # lookup /etc/hosts cannot answer, such as slurmctld's of 0.0.0.0, waited out 2 x 5 s)
         assert sh(lc, n.name, "cat /etc/resolv.conf") == "nameserver 127.0.0.1\n", n.name
+    ids = {n.name: sh(lc, n.name, "cat /etc/machine-id").strip() for n in layout.nodes}
+    assert len(set(ids.values())) == len(ids), ids  # each node an identity of its own
     # the addresses were moved into the test's network, and local mode said so
     assert any(o.startswith(f"addresses (not in {NET})") for o in layout.overrides)
     assert "SlurmdParameters=config_overrides" in (lc.state / "inventory" / "local.render" / "slurm" / "slurm.conf").read_text()

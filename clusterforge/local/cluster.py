@@ -121,7 +121,7 @@ class LocalCluster:
             cluster=d["cluster"], net=d["net"], nodes=[LocalNode(**n) for n in d["nodes"]],
             spec=d["spec"], overrides=d["overrides"], source=d["source"], flavour=d.get("flavour", "onprem"),
             suite=d.get("suite", "bookworm"), boot=d.get("boot", "chroot"), shared=d.get("shared", {}),
-            torch=d.get("torch"),
+            torch=d.get("torch"), images=d.get("images", {}),
         )
 
     def save_layout(self, layout: LocalLayout) -> None:
@@ -167,6 +167,7 @@ class LocalCluster:
         os_name: str | None = None,
         boot: str | None = None,
         torch: bool = False,
+        image: str = "bare",
         configure: bool = True,
         check: bool = False,
         diff: bool = False,
@@ -180,13 +181,20 @@ class LocalCluster:
         ``boot`` is how nodes boot: ``systemd`` (systemd-nspawn, systemd as PID 1; the default) or
         ``chroot`` (sshd as PID 1, clusterforge-svc); the AWS flavour's instances are chroot nodes.
         ``torch`` stacks the PyTorch layer (``torch.sh``, built once, cached) under every node's
-        /usr/local; without it nothing of PyTorch is built or downloaded.
+        /usr/local; without it nothing of PyTorch is built or downloaded. ``image``: ``bare`` (the
+        Debian minbase: the roles install every package) or ``baked`` (each node boots on its node
+        group's image with the roles' packages installed; a missing image is baked first from the
+        image phase of site.yml on the bare node: ``image.py``).
         """
+        from clusterforge.local import image as img
+
         say = progress or (lambda _m: None)
+        img.check_image_mode(image)
         why = missing_prerequisites(boot or DEFAULT_BOOT)
         if why:
             raise LocalError(why)
         seconds: dict[str, float] = {}
+        images: dict[str, Any] = {}
         if self.is_up():
             layout = self.layout()
             if Path(spec_path).resolve() != Path(layout.source):
@@ -196,6 +204,9 @@ class LocalCluster:
                 )
             say(f"local cluster {layout.cluster} is up: re-running the playbook")
         elif _is_aws(Path(spec_path)):
+            if image != "bare":
+                raise LocalError("--image baked applies to on-prem specs only: the AWS flavour's instances boot "
+                                 "its AMI, the bare rootfs, and run their user data")
             if torch:
                 raise LocalError("--torch applies to on-prem specs only: the AWS flavour's instances boot its AMI")
             if os_name or boot == "systemd":
@@ -206,6 +217,9 @@ class LocalCluster:
             return self._up_aws(Path(spec_path), net, configure=configure, check=check, diff=diff, say=say,
                                 ansible_progress=ansible_progress)
         else:
+            if image == "baked" and (check or not configure):
+                raise LocalError("--image baked bakes missing images by installing packages: not with --check or "
+                                 "--nodes-only (use --image bare)")
             layout = plan_layout(Path(spec_path), net, os_name=os_name, boot=check_boot(boot or DEFAULT_BOOT),
                                  torch=TORCH_VERSION if torch else None)
             with self._removed_on_failure():
@@ -213,6 +227,8 @@ class LocalCluster:
                                              [n.name for n in layout.nodes if n.role == "compute"])
                 layers = self._layers(layout, rootfs, say, seconds)
                 binds = self._shared_folders(layout)
+                if image == "baked":
+                    images = self._images(layout, rootfs, repo, say)
                 t = time.monotonic()
                 how = "systemd as PID 1 (systemd-nspawn)" if layout.boot == "systemd" else "sshd as PID 1 (chroot)"
                 say(f"nodes: starting {len(layout.nodes)} on {layout.net}.0/24 ({', '.join(layout.names)}), {how}")
@@ -221,6 +237,8 @@ class LocalCluster:
                                extra_env={"NODES_LAYERS": ":".join(layers), "NODES_BINDS": " ".join(binds)})
                 self._attach_standins(layout, Path(spec_path), say)
                 seconds["nodes"] = time.monotonic() - t
+            if images:
+                self._bake(layout, images, say, seconds, ansible_progress)
         result = None
         if configure:
             t = time.monotonic()
@@ -335,6 +353,58 @@ class LocalCluster:
         layer = self._script(TORCH_SH, rootfs, layout.torch, cache, timeout=TORCH_TIMEOUT_S)
         seconds["torch"] = time.monotonic() - t
         return [layer]
+
+    def _images(self, layout: LocalLayout, rootfs: str, repo: str, say: Callable[[str], Any]) -> dict[str, Any]:
+        """``--image baked``: each node's image (image.py); the baked ones go into STATE/node-images,
+        which nodes.sh stacks under the node's own layer. Returns node name -> NodeImage."""
+        from clusterforge.local import image as img
+
+        images = img.node_images(layout, self.spec_file, rootfs, repo)
+        ready = {name: im for name, im in images.items() if im.ready}
+        for im in ready.values():
+            img.used(im)
+        tmp = self.state / "node-images.tmp"
+        tmp.write_text("".join(f"{name} {im.path}\n" for name, im in ready.items()))
+        os.replace(tmp, self.state / "node-images")
+        layout.images = {name: im.key for name, im in images.items()}
+        self.save_layout(layout)
+        keys = sorted({im.key for im in images.values()})
+        missing = sorted({im.key for im in images.values() if not im.ready})
+        say(f"images: {len(keys)} for {len(images)} nodes (one per node group), {len(keys) - len(missing)} baked"
+            + (f", {len(missing)} to bake from the image phase of site.yml (--tags packages) on bare nodes"
+               if missing else ""))
+        return images
+
+    def _bake(
+        self, layout: LocalLayout, images: dict[str, Any], say: Callable[[str], Any], seconds: dict[str, float],
+        ansible_progress: Callable[[Any], None] | None,
+    ) -> None:
+        """Bake the images the nodes lack: the image phase of site.yml on the nodes that booted bare
+        (one per missing image is enough, but every such node runs it: the full run needs the
+        packages on all of them anyway), then each missing image from one of them."""
+        from clusterforge.local import image as img
+
+        bare = [name for name, im in images.items() if not im.ready]
+        if not bare:
+            return
+        t = time.monotonic()
+        r = self.configure(tags="packages", limit=",".join(bare), progress=ansible_progress)
+        if not r.ok:
+            raise LocalError(f"the image phase (site.yml --tags packages) failed on {', '.join(bare)} "
+                             f"(rc={r.rc}); no image was baked and the nodes are up to look at: "
+                             f"`clusterforge local status --state {self.state}`")
+        baked: dict[str, Path] = {}
+        for name in bare:
+            im = images[name]
+            if im.key in baked:
+                continue
+            n = layout.node(name)
+            meta = {"baked_from": name, "cluster": layout.cluster, "source": layout.source, "suite": layout.suite,
+                    "net": layout.net}
+            baked[im.key] = img.bake(im, self.state / "nodes" / n.node_id / "upper", meta,
+                                     keep=[i.path for i in images.values()])
+            say(f"image: baked {baked[im.key]} (node group {im.node_group}) from {name}")
+        seconds["image"] = time.monotonic() - t
 
     def _shared_folders(self, layout: LocalLayout) -> list[str]:
         """SRC:DST binds of the storage stand-ins: one folder of this machine per storage[] entry,

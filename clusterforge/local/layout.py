@@ -85,6 +85,8 @@ class LocalLayout:
     shared: dict[str, str] = field(default_factory=dict)
     #: the PyTorch version of the read-only layer over the nodes' rootfs (torch.sh), or None
     torch: str | None = None
+    #: node name -> the key of the baked image it booted on (``--image baked``: image.py); empty: bare nodes
+    images: dict[str, str] = field(default_factory=dict)
 
     @property
     def prefix(self) -> str:

@@ -16,6 +16,8 @@
 #                 PyTorch layer of torch.sh): one copy on this machine, seen by every node
 #   NODES_BINDS   SRC:DST pairs, space-separated: folders of this machine bound at DST in every
 #                 node (the stand-in for a shared file system: the nodes share one kernel)
+# A node named in STATE/node-images ("NAME FOLDER" lines, written before `up`) gets that folder,
+# its node group's baked image (clusterforge/local/image.py), between the layers and the rootfs.
 # No Docker; needs root, iproute2, util-linux.
 #
 #   nodes.sh up   STATE ROOTFS REPO NET PREFIX NAME=ADDR[:gpuN] ...   # NET like 10.79.0
@@ -114,7 +116,7 @@ down() {
     rm -f "$STATE/hostnames"
   fi
   # the overlay layers (their mounts lived in the nodes' own mount namespaces, gone by now)
-  rm -rf "$STATE/nodes" "$STATE/net.env" "$STATE/inventory.txt"
+  rm -rf "$STATE/nodes" "$STATE/net.env" "$STATE/inventory.txt" "$STATE/node-images"
 }
 
 kill_pid1() { # PID: a booted node's systemd, if that PID still is the one recorded (never a reused PID)
@@ -181,8 +183,12 @@ up|bridge|boot) ;;
 *) echo "unknown command $cmd" >&2; exit 2 ;;
 esac
 
-lowerdirs() { # the overlay's lower folders: the layers (top first) over the rootfs
-  if [ -n "$LAYERS" ]; then echo "$LAYERS:$ROOTFS"; else echo "$ROOTFS"; fi
+lowerdirs() { # NAME: the overlay's lower folders, top first: the layers, the node's image (if any), the rootfs
+  local img
+  # STATE/node-images: "NAME FOLDER" per node that boots on a baked image (clusterforge/local/image.py)
+  img=$(awk -v n="$1" '$1 == n { print $2 }' "$STATE/node-images" 2>/dev/null || true)
+  [ -z "$img" ] || [ -f "$img/.complete" ] || { log "image $img of $1 is not complete"; return 1; }
+  echo "${LAYERS:+$LAYERS:}${img:+$img:}$ROOTFS"
 }
 
 inotify_room() { # make room for one more booted node's inotify instances (raise the limit, never lower it)
@@ -219,7 +225,7 @@ boot_systemd() { # NAME NETNS DIR GPUS: systemd as PID 1 in systemd-nspawn, on t
     mount -t overlay overlay -o "lowerdir=$lower,upperdir=$d/upper,workdir=$d/work" "$r"
     ssh-keygen -A -f "$r" >/dev/null
     exec systemd-nspawn "$@"
-  ' _ "$(lowerdirs)" "$d" -b -D "$r" --keep-unit --register=no --network-namespace-path="/run/netns/$ns" \
+  ' _ "$LOWER" "$d" -b -D "$r" --keep-unit --register=no --network-namespace-path="/run/netns/$ns" \
     -M "$name" --hostname="$name" --console=read-only --quiet --resolv-conf=off "${binds[@]}" \
     systemd.unified_cgroup_hierarchy=0 SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1 ) \
     </dev/null >"$d/boot.log" 2>&1 &
@@ -255,6 +261,7 @@ boot_node() { # NAME=ADDR[:gpuN]: one node on the bridge (its namespaces, disk, 
   case "$rest" in *:gpu*) gpus=${rest##*:gpu} ;; esac
   case "$addr" in "$NET".*) ;; *) echo "$addr is outside $NET.0/24" >&2; return 2 ;; esac
   [ ! -e "$STATE/nodes/$name" ] || { echo "node $name exists already in $STATE" >&2; return 2; }
+  LOWER=$(lowerdirs "$name") || return 1  # what the node's overlay stacks (boot_systemd reads it too)
   # a counter, not the node count: names of killed nodes' links and namespaces are never reused
   # (under a lock: the AWS flavour's hypervisor boots instances side by side)
   exec 9>>"$STATE/seq.lock"; flock 9
@@ -283,6 +290,9 @@ boot_node() { # NAME=ADDR[:gpuN]: one node on the bridge (its namespaces, disk, 
   printf 'nameserver 127.0.0.1\n' >"$u/etc/resolv.conf"
   printf "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n" >"$u/etc/hosts"
   echo "$name" >"$u/etc/hostname"
+  # an identity of its own, as a host installed from an image gets at first boot (the rootfs's, or
+  # a baked image's, would be every node's: journald, systemd's DHCP DUID and hashes keyed by it)
+  tr -d '-' </proc/sys/kernel/random/uuid >"$u/etc/machine-id"
   # network: a veth from the bridge into the node's namespace
   echo "$ns" >>"$STATE/netns"; echo "$ns" >"$d/netns"; ip netns add "$ns"
   ip -n "$ns" link set lo up
@@ -316,7 +326,7 @@ boot_node() { # NAME=ADDR[:gpuN]: one node on the bridge (its namespaces, disk, 
         mount -t tmpfs -o mode=1777 tmpfs "$r/tmp"
         chroot "$r" ssh-keygen -A >/dev/null
         exec chroot "$r" /usr/sbin/sshd -D -e -o UseDNS=no
-      ' _ "$(lowerdirs)" "$d" "$gpus" "$name" "$BINDS" ) >"$d/sshd.log" 2>&1 &
+      ' _ "$LOWER" "$d" "$gpus" "$name" "$BINDS" ) >"$d/sshd.log" 2>&1 &
     echo $! >"$d/pid"
   fi
   echo "$name $addr $gpus" >>"$STATE/inventory.txt"
