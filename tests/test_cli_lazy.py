@@ -116,3 +116,39 @@ def test_render_builds_only_the_models_it_uses(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stderr[-2000:]
     assert set(ast.literal_eval(res.stdout)) == RENDER_MODELS
+
+
+def _imported(argv: list[str]) -> set[str]:
+    """The modules a ``clusterforge`` process running ``argv`` imports (``python -X importtime``)."""
+    res = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "from clusterforge.cli import main; main()", *argv],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    return {line.rsplit("|", 1)[1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_plan_json_imports_no_rich() -> None:
+    # rich prints the plan for people; the JSON is json.dumps of plain data
+    as_json = _imported(["plan", str(EXAMPLES / "p5-training.yaml"), "--json"])
+    assert "clusterforge.plan.text" in as_json  # the listing is read right
+    assert sorted(m for m in as_json if m.split(".")[0] == "rich") == []
+    assert "rich.tree" in _imported(["plan", str(EXAMPLES / "p5-training.yaml")])
+
+
+_COLLECTOR = """
+import atexit, gc, sys
+sys.argv[0] = "clusterforge"
+# registered before main's own exit hook, so it runs after it (atexit runs last-in, first-out)
+atexit.register(lambda: print(gc.get_threshold()[0], gc.get_freeze_count() > 0))
+from clusterforge.cli import main
+main()
+"""
+
+
+def test_a_command_tunes_the_collector_and_freezes_the_heap_at_exit() -> None:
+    # cli._tune_collector: fewer collections while the verb runs, none over its heap at exit
+    res = subprocess.run([sys.executable, "-c", _COLLECTOR, "schema"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.splitlines()[-1] == f"{cli.GC_YOUNG} True"

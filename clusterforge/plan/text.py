@@ -1,4 +1,8 @@
-"""Plan output: a rich tree and tables for people, stable sorted JSON for machines (and diffs)."""
+"""Plan output: a rich tree and tables for people, stable sorted JSON for machines (and diffs).
+
+rich is imported by the functions that print through it, not here: ``plan --json`` and ``diff``'s
+plans (``to_dict``) never load it.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,13 @@ import io
 import json
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-from rich.tree import Tree
+from typing import TYPE_CHECKING, Any
 
 from clusterforge.plan.model import PLAN_FORMAT, SECRET, UNKNOWN, Plan, PlannedResource
+
+if TYPE_CHECKING:
+    from rich.table import Table
+    from rich.tree import Tree
 
 
 def _round(value: Any) -> Any:
@@ -187,6 +190,9 @@ def _summary(r: PlannedResource) -> str:
 
 def _tree(plan: Plan) -> Tree:
     """The resource tree (component -> children), each node with its type, name and summary."""
+    from rich.text import Text
+    from rich.tree import Tree
+
     children: dict[str | None, list[PlannedResource]] = {}
     for r in plan.resources:
         children.setdefault(r.parent, []).append(r)
@@ -210,6 +216,8 @@ def _tree(plan: Plan) -> Tree:
 
 
 def _table(title: str, *cols: str) -> Table:
+    from rich.table import Table
+
     t = Table(title=title, title_justify="left", title_style="bold", show_edge=False, pad_edge=False, box=None)
     for c in cols:
         t.add_column(c, overflow="fold", justify="right" if c in ("count", "per hour") else "left")
@@ -218,6 +226,9 @@ def _table(title: str, *cols: str) -> Table:
 
 def plan_renderables(plan: Plan) -> list[Any]:
     """The plan for a terminal: a resource tree and tables (counts, files, outputs, cost)."""
+    from rich.text import Text
+    from rich.tree import Tree
+
     head = Text(f"Plan for cluster {plan.cluster} (stack {plan.stack}, region {plan.region}, spec {plan.spec_path})")
     notes = [Text(f"  {n}") for n in plan.notes]
     counts = _table("Counts per type", "type", "count")
@@ -246,6 +257,8 @@ def format_text(plan: Plan, width: int = 1000) -> str:
     """The plan as plain text (what ``clusterforge plan`` prints when not on a terminal).
 
     ``width`` defaults wide so that a file or a pipe gets one line per resource."""
+    from rich.console import Console
+
     buf = io.StringIO()
     console = Console(file=buf, width=width, no_color=True, highlight=False, soft_wrap=False)
     for part in plan_renderables(plan):
