@@ -32,13 +32,13 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clusterforge import proc
 from clusterforge.local.layout import LocalError, LocalLayout, local_vars
 
 #: bump when what an image holds changes meaning (scrub list, layout of the folder)
@@ -205,7 +205,7 @@ def bake(image: NodeImage, upper: Path, meta: Mapping[str, Any], keep: Iterable[
             return image.path
         tmp = cache / f".image-{image.key}.{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        p = subprocess.run(["cp", "-a", "--", str(upper), str(tmp)], capture_output=True, text=True, timeout=900)
+        p = proc.run(["cp", "-a", "--", str(upper), str(tmp)], timeout=900)
         if p.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
             raise LocalError(f"could not copy {upper} into the image cache {cache}: {p.stderr.strip()[-500:]}")
