@@ -236,8 +236,9 @@ LIBRARY_IMPORTS = ("import typer, pydantic, pydantic.main, pydantic.types, rich.
 
 def instructions(peer: Path) -> dict[str, int]:
     """Instructions executed (valgrind's callgrind, one run each): a figure a busy machine does not
-    move. Python start alone, the peer end to end, our render end to end, and importing the
-    libraries render uses."""
+    move. Python start alone, the peer end to end, our render end to end, importing the libraries
+    render uses, asyncio alone (Python's start included: subtract the first row) and the spec's
+    pydantic models with what they import."""
     if shutil.which("valgrind") is None:
         raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
     out: dict[str, int] = {}
@@ -247,7 +248,12 @@ def instructions(peer: Path) -> dict[str, int]:
         for name, argv in (("python3 -c pass", [sys.executable, "-c", "pass"]),
                            ("parallelcluster generator, end to end", theirs),
                            ("clusterforge render, end to end", ours),
-                           ("importing typer, pydantic, rich, jinja2, yaml", [sys.executable, "-c", LIBRARY_IMPORTS])):
+                           ("importing typer, pydantic, rich, jinja2, yaml", [sys.executable, "-c", LIBRARY_IMPORTS]),
+                           # pydantic_core's import decorates with typing_extensions' @deprecated,
+                           # which on Python 3.11 (not 3.12+) imports asyncio to check for coroutines
+                           ("importing asyncio alone (pydantic_core's import, on 3.11)", [sys.executable, "-c", "import asyncio"]),
+                           ("importing the spec's models (and pydantic, yaml)",
+                            [sys.executable, "-c", "import clusterforge.clusterspec.models"])):
             shutil.rmtree(t / "ours", ignore_errors=True)
             shutil.rmtree(t / "peer", ignore_errors=True)
             cg = t / "callgrind.out"
@@ -365,7 +371,7 @@ def main() -> int:
             return 0
         print(f"instructions (valgrind --tool=callgrind, one run each, Python {figures['python']})")
         for name, n in counts.items():
-            print(f"  {name:48s} {n / 1e6:8,.0f} M")
+            print(f"  {name:58s} {n / 1e6:8,.0f} M")
         return 0
     if not args.scaling_only:
         figures["side_by_side"] = side_by_side(args.pairs, materialise_peer(args.peer_repo))

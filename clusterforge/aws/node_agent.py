@@ -44,8 +44,6 @@ import shlex
 import socket
 import sys
 import time
-import urllib.error
-import urllib.request as ur
 from collections.abc import Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -115,6 +113,11 @@ class Imds:
         self._expires = 0.0
 
     def _fetch_token(self) -> str:
+        # urllib is imported where the agent talks to the metadata service, not at the top: the
+        # renderer imports this module for config() alone, and urllib.request brings http.client
+        # and the email parser with it (about 7 ms of every cloud render)
+        import urllib.request as ur
+
         if not self._token or time.monotonic() > self._expires:
             req = ur.Request(self.base + "api/token", method="PUT",
                              headers={"X-aws-ec2-metadata-token-ttl-seconds": str(TOKEN_TTL_S)})
@@ -125,6 +128,9 @@ class Imds:
 
     def get(self, path: str) -> str | None:
         """The body at ``meta-data/<path>``, ``None`` on 404; ``OSError`` on anything else."""
+        import urllib.error
+        import urllib.request as ur
+
         for attempt in (0, 1):
             req = ur.Request(self.base + "meta-data/" + path, headers={"X-aws-ec2-metadata-token": self._fetch_token()})
             try:
