@@ -29,6 +29,7 @@ import pytest
 
 from clusterforge.local import LocalCluster, missing_prerequisites
 from clusterforge.local.aws.flavour import ec2_leaves, slurm_leaves
+from tests.local_shell import sh
 
 ROOT = Path(__file__).resolve().parents[1]
 # neither the demo's 10.79.0.0/24 nor the on-prem test's 10.81.0.0/24; CLUSTERFORGE_LOCAL_AWS_TEST_NET
@@ -81,14 +82,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
     assert f"cf{AB.split('.')[1]}-" not in ns, ns
     left = [c for c in Path("/sys/fs/cgroup").glob("*/slurm_*") if c.name in {f"slurm_{n}" for n in ALL}]
     assert left == [], left
-
-
-def sh(lc: LocalCluster, node: str, script: str, timeout: float = 60) -> str:
-    import shlex
-
-    p = lc.on(node, f"timeout {int(timeout)} bash -c {shlex.quote(script)}", timeout=timeout + 15)
-    assert p.returncode == 0, f"{node}: {script}: rc={p.returncode}\n{p.stdout}\n{p.stderr}"
-    return p.stdout
 
 
 def wait_for(what: str, probe: Any, timeout: float, every: float = 2.0) -> Any:

@@ -38,6 +38,7 @@ import pytest
 
 from clusterforge.configure import TextProgress
 from clusterforge.local import LocalCluster, LocalLayout, missing_prerequisites
+from tests.local_shell import sh
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "examples" / "local.yaml"
@@ -83,12 +84,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
         yield lc, r
     finally:
         lc.down()
-
-
-def sh(lc: LocalCluster, node: str, script: str, timeout: float = 60) -> str:
-    p = lc.on(node, f"timeout {int(timeout)} bash -c {_q(script)}", timeout=timeout + 15)
-    assert p.returncode == 0, f"{node}: {script}: rc={p.returncode}\n{p.stdout}\n{p.stderr}"
-    return p.stdout
 
 
 def _q(s: str) -> str:

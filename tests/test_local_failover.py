@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ import pytest
 
 from clusterforge.configure import TextProgress
 from clusterforge.local import LocalCluster, missing_prerequisites
+from tests.local_shell import sh
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "examples" / "local-failover.yaml"
@@ -54,13 +54,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield lc
     finally:
         lc.down()
-
-
-def sh(lc: LocalCluster, node: str, script: str, timeout: float = 60, ok: bool = True) -> str:
-    p = lc.on(node, f"timeout {int(timeout)} bash -c {shlex.quote(script)}", timeout=timeout + 15)
-    if ok:
-        assert p.returncode == 0, f"{node}: {script}: rc={p.returncode}\n{p.stdout}\n{p.stderr}"
-    return str(p.stdout)
 
 
 def wait_for(

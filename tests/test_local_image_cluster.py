@@ -27,6 +27,7 @@ import pytest
 from clusterforge.configure import TextProgress
 from clusterforge.local import LocalCluster, missing_prerequisites
 from clusterforge.local import image as img
+from tests.local_shell import sh
 from tests.test_image_phase import _installs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,12 +78,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
         yield lc, r
     finally:
         lc.down()
-
-
-def sh(lc: LocalCluster, node: str, script: str, timeout: float = 60) -> str:
-    p = lc.on(node, f"timeout {int(timeout)} bash -c {shlex.quote(script)}", timeout=timeout + 15)
-    assert p.returncode == 0, f"{node}: {script}: rc={p.returncode}\n{p.stdout}\n{p.stderr}"
-    return p.stdout
 
 
 def _images(lc: LocalCluster) -> dict[str, Path]:
