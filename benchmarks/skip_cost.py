@@ -40,7 +40,8 @@ def _play(tasks: int, when: bool) -> str:
     return f"- hosts: all\n  gather_facts: false\n  tasks:{body or ' []'}\n"
 
 
-def _run(folder: Path, play: str, hosts: int, skip: bool) -> tuple[float, float]:
+def _run(folder: Path, play: str, hosts: int, skip: bool, switches: dict[str, str] | None = None) -> tuple[float, float]:
+    """Wall and CPU seconds (ansible-playbook and its children) of one run of ``play``."""
     (folder / "play.yml").write_text(play)
     env = {
         **os.environ,
@@ -48,6 +49,7 @@ def _run(folder: Path, play: str, hosts: int, skip: bool) -> tuple[float, float]
         "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
         "CLUSTERFORGE_CONTROLLER_SKIP": "1" if skip else "0",
         "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+        **(switches or {}),
     }
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()

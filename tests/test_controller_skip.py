@@ -3,8 +3,9 @@
 One playbook of the cases that decide a skip (host-dependent ``when``, magic variables, empty and
 non-empty loops, blocks, includes, registers, no_log, delegation, handlers, an undefined variable)
 runs through ansible-runner with the real ansible-playbook and the strategy ``configure`` picks,
-once with the controller's skips and once with every task sent to a worker
-(``CLUSTERFORGE_CONTROLLER_SKIP=0``, Ansible's own behaviour). Every event must be the same. A
+once with the controller's skips (and the compiled-template cache, template_cache.py) and once
+with every task sent to a worker and every template compiled anew (``CLUSTERFORGE_CONTROLLER_SKIP=0
+CLUSTERFORGE_TEMPLATE_CACHE=0``, Ansible's own behaviour). Every event must be the same. A
 filter called from the ``when`` records the process that evaluated it: the controller's alone with
 the skips on, a new worker per host and task with them off."""
 
@@ -41,8 +42,32 @@ _PLAY = textwrap.dedent(
       tasks:
         - name: host-dependent when
           ansible.builtin.debug: {msg: "flag on {{ inventory_hostname }}"}
-          when: (inventory_hostname | where_decided) and flag | bool
+          when: (inventory_hostname | where_decided('debug')) and flag | bool
           register: first
+        - name: a module's host-dependent when
+          ansible.builtin.command: "true"
+          changed_when: false
+          when: (inventory_hostname | where_decided('module')) and flag | bool
+        - name: an argument spec checked, an assert, a fact set
+          ansible.builtin.validate_argument_spec:
+            argument_spec: {flag: {type: bool, required: true}, items: {type: list, elements: str}}
+        - name: an assert on every host
+          ansible.builtin.assert:
+            that: [items | length < 3, "inventory_hostname is match('h')"]
+            quiet: true
+        - name: a fact from the host's variables
+          ansible.builtin.set_fact:
+            doubled: "{{ items + items }}"
+        - name: the fact, read back
+          ansible.builtin.debug: {msg: "{{ doubled | join(',') }}"}
+        - name: an assert that fails on one host
+          ansible.builtin.assert:
+            that: inventory_hostname != 'h4'
+            fail_msg: "h4 refused"
+          ignore_errors: true
+        - name: a loop over local actions
+          ansible.builtin.debug: {msg: "{{ item }} on {{ inventory_hostname }}"}
+          loop: [1, 2]
         - name: a magic variable from the play context
           ansible.builtin.debug: {msg: "{{ ansible_host }}"}
           when: ansible_host is defined
@@ -93,6 +118,15 @@ _PLAY = textwrap.dedent(
           ansible.builtin.debug: {msg: notify}
           changed_when: true
           notify: the handler
+        - name: a template with its own delimiters
+          ansible.builtin.debug:
+            msg: "#jinja2:variable_start_string:'[%', variable_end_string:'%]'\\n[% inventory_hostname %] {{ inventory_hostname }}"
+        - name: the same text with the default delimiters
+          ansible.builtin.debug:
+            msg: "[% inventory_hostname %] {{ inventory_hostname }}"
+        - name: a syntax error on every host
+          ansible.builtin.debug: {msg: "{{ inventory_hostname + }}"}
+          ignore_errors: true
         - name: an undefined variable in a when
           ansible.builtin.debug: {msg: never}
           when: no_such_variable | bool
@@ -113,10 +147,16 @@ _FILTER = '''\
 import os
 
 
-def where_decided(host):
-    """Record which process evaluated a `when` for which host."""
+def where_decided(host, task):
+    """Record which process evaluated a task's `when` for which host, and whether it compiled
+    through clusterforge's template cache."""
+    try:
+        from clusterforge.configure import template_cache
+        cached = int(template_cache._installed)
+    except ImportError:
+        cached = -1
     with open(os.environ["WHERE_DECIDED"], "a") as fh:
-        fh.write(f"{host} {os.getpid()}\\n")
+        fh.write(f"{task} {host} {os.getpid()} {cached}\\n")
     return True
 
 
@@ -128,7 +168,7 @@ class FilterModule:
 _VOLATILE = {"uuid", "counter", "start_line", "end_line", "created", "stdout", "pid", "runner_ident", "parent_uuid"}
 
 
-def _run(tmp_path: Path, strategy: str, skip_in_controller: bool) -> tuple[list[Any], dict[str, Any], list[tuple[str, str]]]:
+def _run(tmp_path: Path, strategy: str, skip_in_controller: bool) -> tuple[list[Any], dict[str, Any], list[tuple[str, str, str]]]:
     project = tmp_path / f"{strategy}-{int(skip_in_controller)}"
     (project / "filter_plugins").mkdir(parents=True)
     (project / "play.yml").write_text(_PLAY)
@@ -142,6 +182,10 @@ def _run(tmp_path: Path, strategy: str, skip_in_controller: bool) -> tuple[list[
         "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
         "ANSIBLE_FORKS": "8",
         "CLUSTERFORGE_CONTROLLER_SKIP": "1" if skip_in_controller else "0",
+        # the plain run is Ansible's own: no compiled-template cache (template_cache.py) and a
+        # worker for every task that does not skip (controller_run.py) either
+        "CLUSTERFORGE_TEMPLATE_CACHE": "1" if skip_in_controller else "0",
+        "CLUSTERFORGE_CONTROLLER_RUN": "1" if skip_in_controller else "0",
         "WHERE_DECIDED": str(where),
     }
     r = ansible_runner.run(
@@ -165,7 +209,9 @@ def _run(tmp_path: Path, strategy: str, skip_in_controller: bool) -> tuple[list[
             res.pop(key, None)
         events.append((data.get("task"), data.get("host"), ev["event"], json.dumps(res, sort_keys=True)))
     # hosts finish a task in any order; within a task the set of events is what must match
-    decided = [tuple(line.split()) for line in where.read_text().splitlines()]
+    lines = [line.split() for line in where.read_text().splitlines()]
+    assert {cached for *_, cached in lines} == {"1" if skip_in_controller else "0"}, lines
+    decided = [(task, host, pid) for task, host, pid, _ in lines]
     return sorted(events, key=str), dict(r.stats), decided  # type: ignore[return-value]
 
 
@@ -184,7 +230,7 @@ def test_the_controller_gives_every_event_a_worker_gives(tmp_path: Path, strateg
     registered = {h: json.loads(by[("every registered skip", h, "runner_on_ok")]["msg"]) for h in ("h1", "h2")}
     assert registered["h2"]["first"] == {
         "changed": False,
-        "false_condition": "(inventory_hostname | where_decided) and flag | bool",
+        "false_condition": "(inventory_hostname | where_decided('debug')) and flag | bool",
         "skip_reason": "Conditional result was False",
         "skipped": True,
     }
@@ -205,22 +251,44 @@ def test_the_controller_gives_every_event_a_worker_gives(tmp_path: Path, strateg
         assert ("the search path the worker adds", host, "runner_on_ok") in by
     assert ("included task", "h2", "runner_on_ok") in by and ("included task", "h1", "runner_on_ok") not in by
     assert "no_such_variable" in by[("an undefined variable in a when", "h1", "runner_on_failed")]["msg"]
+    for host in ("h1", "h2", "h3", "h4"):  # one compiled template each, never another host's
+        assert by[("a template with its own delimiters", host, "runner_on_ok")]["msg"] == f"{host} {{{{ inventory_hostname }}}}"
+        assert by[("the same text with the default delimiters", host, "runner_on_ok")]["msg"] == f"[% inventory_hostname %] {host}"
+        assert "Syntax error in template" in by[("a syntax error on every host", host, "runner_on_failed")]["msg"]
     assert ("the handler", "h1", "runner_on_ok") in by and ("the handler", "h2", "runner_on_skipped") in by
     assert ("delegated", "h2", "runner_on_ok") in by and ("delegated", "h1", "runner_on_skipped") in by
     assert stats_skip["skipped"]["h2"] > 0
 
-    # where the first task's when ran. Without the skips: once per host, each in its own worker.
-    assert sorted(h for h, _ in where_plain) == ["h1", "h2", "h3", "h4"]
-    assert len({pid for _, pid in where_plain}) == 4
-    # With them: every host's in the one controller process first; again in a worker only for
-    # h1 and h3, whose when holds, and never for h2 and h4, which skip.
-    hosts_by_pid: dict[str, list[str]] = {}
-    for host, pid in where_skip:
-        hosts_by_pid.setdefault(pid, []).append(host)
-    controller = [pid for pid, hosts in hosts_by_pid.items() if sorted(hosts) == ["h1", "h2", "h3", "h4"]]
-    assert len(controller) == 1, hosts_by_pid
-    workers = sorted(hosts for pid, hosts in hosts_by_pid.items() if pid != controller[0])
-    assert workers == [["h1"], ["h3"]], hosts_by_pid
+    # the local actions' own results, from the controller as from a worker
+    for host in ("h1", "h2", "h3", "h4"):
+        assert ("an argument spec checked, an assert, a fact set", host, "runner_on_ok") in by
+        assert ("an assert on every host", host, "runner_on_ok") in by
+        assert ("a loop over local actions", host, "runner_on_ok") in by
+    assert by[("the fact, read back", "h1", "runner_on_ok")]["msg"] == "a,b,a,b"
+    assert by[("the fact, read back", "h2", "runner_on_ok")]["msg"] == ""
+    assert by[("an assert that fails on one host", "h4", "runner_on_failed")]["msg"] == "h4 refused"
+    assert ("a loop over local actions", "h3", "runner_item_on_ok") in by
+
+    # Where each `when` ran. Without clusterforge's strategy code: once per host, each in its own
+    # worker, for the debug task and the module alike.
+    for task in ("debug", "module"):
+        runs = [(h, pid) for t, h, pid in where_plain if t == task]
+        assert sorted(h for h, _ in runs) == ["h1", "h2", "h3", "h4"]
+        assert len({pid for _, pid in runs}) == 4
+    # With it: every host's skip is decided in the one controller process. The module then runs
+    # in a worker for h1 and h3, whose when holds (which evaluates it again), never for h2 and h4.
+    # The debug task needs no host, so it runs in the controller too: no worker at all.
+    module_by_pid: dict[str, list[str]] = {}
+    for t, host, pid in where_skip:
+        if t == "module":
+            module_by_pid.setdefault(pid, []).append(host)
+    controller = [pid for pid, hosts in module_by_pid.items() if sorted(hosts) == ["h1", "h2", "h3", "h4"]]
+    assert len(controller) == 1, module_by_pid
+    workers = sorted(hosts for pid, hosts in module_by_pid.items() if pid != controller[0])
+    assert workers == [["h1"], ["h3"]], module_by_pid
+    debug = [(h, pid) for t, h, pid in where_skip if t == "debug"]
+    assert {pid for _, pid in debug} == set(controller), debug
+    assert sorted(h for h, _ in debug) == ["h1", "h1", "h2", "h3", "h3", "h4"]
 
 
 def test_an_unchecked_ansible_release_sends_every_task_to_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -349,7 +349,9 @@ def strategy_env(strategy: str | None) -> dict[str, str]:
 
     Both are the ``playbooks/strategy_plugins`` wrappers (``clusterforge_linear``,
     ``clusterforge_mitogen_linear``), which decide a host's skip of a task in Ansible's own process
-    instead of a forked worker (``controller_skip``); the plays, roles and results are the same."""
+    instead of a forked worker (``controller_skip``), run there the tasks that need no host
+    (``controller_run``) and compile each template string once per run (``template_cache``); the
+    plays, roles and results are the same."""
     chosen = strategy or os.environ.get("CLUSTERFORGE_ANSIBLE_STRATEGY") or "linear"
     if chosen not in STRATEGIES:
         raise ConfigureError(

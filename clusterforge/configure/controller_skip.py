@@ -37,21 +37,26 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from clusterforge.configure import controller_run
+
 CHECKED_ANSIBLE = "2.19"
 """The ansible-core minor release whose ``TaskExecutor`` this module mirrors."""
 
 ENV_SWITCH = "CLUSTERFORGE_CONTROLLER_SKIP"
 
 
-def active() -> bool:
-    """Whether skips are decided in the controller in this process."""
-    if os.environ.get(ENV_SWITCH, "1") == "0":
-        return False
+def checked_release() -> bool:
+    """Whether the ansible-core in this process is the minor release these internals were read from."""
     try:
         from ansible.release import __version__
     except ImportError:
         return False
     return ".".join(__version__.split(".")[:2]) == CHECKED_ANSIBLE
+
+
+def active() -> bool:
+    """Whether skips are decided in the controller in this process."""
+    return os.environ.get(ENV_SWITCH, "1") != "0" and checked_release()
 
 
 def skip_result(
@@ -114,30 +119,43 @@ def _decide(host: Any, task: Any, job_vars: dict[str, Any], templar: Any, play_c
 
 
 class ControllerSkipMixin:
-    """Put in front of a strategy class: ``_queue_task`` sends a skip's result itself."""
+    """Put in front of a strategy class: ``_queue_task`` sends a skip's result itself, and runs a
+    task that never touches the host in this process (``controller_run``)."""
 
     _controller_skip = active()
+    _controller_run = controller_run.active()
 
     def _queue_task(self, host: Any, task: Any, task_vars: dict[str, Any], play_context: Any) -> None:
         result = skip_result(self._loader, host, task, task_vars, play_context) if self._controller_skip else None  # type: ignore[attr-defined]
         if result is None:
-            super()._queue_task(host, task, task_vars, play_context)  # type: ignore[misc]
+            if self._controller_run and controller_run.runs_here(task):
+                controller_run.run_here(self, host, task, task_vars, play_context)
+            else:
+                super()._queue_task(host, task, task_vars, play_context)  # type: ignore[misc]
             return
-        from ansible.executor.task_result import _RawTaskResult
+        # what StrategyBase._queue_task and WorkerProcess._run do around TaskExecutor.run
+        started_here(self, host, task, task_vars, play_context)
+        send_result(self, host, task, result)
 
-        # what StrategyBase._queue_task and WorkerProcess._run do around TaskExecutor.run: the
-        # cache entry first (the results thread looks the task up in it), then the start
-        # callback, then the result; the worker's task fields are its squashed attributes, which
-        # dump_attrs resolves the same way here
-        strategy: Any = self
-        strategy._queued_task_cache[(host.name, task._uuid)] = {
-            "host": host,
-            "task": task,
-            "task_vars": task_vars,
-            "play_context": play_context,
-        }
-        strategy._tqm.send_callback("v2_runner_on_start", host, task)
-        strategy._final_q.send_task_result(
-            _RawTaskResult(host=host, task=task, return_data=result, task_fields=task.dump_attrs())
-        )
-        strategy._pending_results += 1
+
+def started_here(strategy: Any, host: Any, task: Any, task_vars: dict[str, Any], play_context: Any) -> None:
+    """``StrategyBase._queue_task``'s part for a result this process sends: the cache entry first
+    (the results thread looks the task up in it), then the start callback."""
+    strategy._queued_task_cache[(host.name, task._uuid)] = {
+        "host": host,
+        "task": task,
+        "task_vars": task_vars,
+        "play_context": play_context,
+    }
+    strategy._tqm.send_callback("v2_runner_on_start", host, task)
+
+
+def send_result(strategy: Any, host: Any, task: Any, result: dict[str, Any]) -> None:
+    """``WorkerProcess._run``'s part: the result through the results queue, with the task's fields
+    (its squashed attributes, which ``dump_attrs`` resolves as in the worker)."""
+    from ansible.executor.task_result import _RawTaskResult
+
+    strategy._final_q.send_task_result(
+        _RawTaskResult(host=host, task=task, return_data=result, task_fields=task.dump_attrs())
+    )
+    strategy._pending_results += 1

@@ -14,11 +14,17 @@ short_description: linear, with a host's skip decided in the controller instead 
 description:
   - Ansible's linear strategy. A task whose when is false on a host, or whose loop is empty, gets
     the worker's skipped result from the controller process without forking a worker.
+  - Each Jinja template string is compiled once per run in the controller process
+    (clusterforge/configure/template_cache.py), and the workers it forks inherit it.
   - Everything else runs as under linear.
 """
 
 try:
+    from clusterforge.configure import template_cache
     from clusterforge.configure.controller_skip import ControllerSkipMixin
+
+    # each template string compiled once in this process, which forks the workers (they inherit it)
+    template_cache.install()
 except ImportError:  # clusterforge not installed beside Ansible: linear as is
     ControllerSkipMixin = object  # type: ignore[assignment,misc]
 

@@ -17,10 +17,16 @@ description:
   - Mitogen for Ansible's linear strategy (one Python per host for the whole run). A task whose
     when is false on a host, or whose loop is empty, gets the worker's skipped result from the
     controller process without forking a worker.
+  - Each Jinja template string is compiled once per run in the controller process
+    (clusterforge/configure/template_cache.py), and the workers it forks inherit it.
 """
 
 try:
+    from clusterforge.configure import template_cache
     from clusterforge.configure.controller_skip import ControllerSkipMixin
+
+    # each template string compiled once in this process, which forks the workers (they inherit it)
+    template_cache.install()
 except ImportError:  # clusterforge not installed beside Ansible: mitogen_linear as is
     ControllerSkipMixin = object  # type: ignore[assignment,misc]
 
