@@ -23,10 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from clusterforge.configure.controller_run import LOCAL_ACTIONS
 
 
 @dataclass
@@ -109,6 +113,17 @@ def profile(artifacts: Path) -> tuple[list[Task], float, int]:
     return tasks, end - t0, execs
 
 
+def ran_by_action(artifacts: Path) -> Counter[str]:
+    """Host results that were not skips, by the task's action: before the controller ran the tasks
+    that need no host (clusterforge/configure/controller_run.py), each was a forked worker."""
+    ran: Counter[str] = Counter()
+    for ev in load_events(artifacts):
+        if ev.get("event") in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable"):
+            data = ev.get("event_data") or {}
+            ran[str(data.get("resolved_action") or data.get("task_action"))] += 1
+    return ran
+
+
 def role_totals(tasks: list[Task]) -> dict[str, float]:
     out: dict[str, float] = defaultdict(float)
     for t in tasks:
@@ -132,6 +147,11 @@ def main() -> int:
         print(f"{t.wall:7.1f} {100 * t.wall / total:5.1f}%  {t.role[:14]:<14} {res[:28]:<28} {t.items:5d}  {t.name[:80]}")
     skipped = [t for t in tasks if t.results and set(t.results) == {"skipped"}]
     print(f"\ntasks every host skipped: {len(skipped)}, {sum(t.wall for t in skipped):.1f} s wall")
+    ran = ran_by_action(args.artifacts)
+    here = sum(n for action, n in ran.items() if action in LOCAL_ACTIONS)
+    print(f"host results that ran: {sum(ran.values())}, of which {here} need no host "
+          f"({', '.join(sorted(a.removeprefix('ansible.builtin.') for a in LOCAL_ACTIONS))}: "
+          "the controller runs them, controller_run.py)")
     first = role_totals(tasks)
     other: dict[str, float] = {}
     other_total = 0.0

@@ -64,13 +64,16 @@ ROUND = """
       changed_when: false
 """
 
-CASES = {
-    "ansible": {"CLUSTERFORGE_TEMPLATE_CACHE": "0", "CLUSTERFORGE_CONTROLLER_RUN": "0"},
-    "+ skips": {"CLUSTERFORGE_TEMPLATE_CACHE": "0", "CLUSTERFORGE_CONTROLLER_RUN": "0"},
-    "+ template cache": {"CLUSTERFORGE_TEMPLATE_CACHE": "1", "CLUSTERFORGE_CONTROLLER_RUN": "0"},
-    "+ controller run": {"CLUSTERFORGE_TEMPLATE_CACHE": "1", "CLUSTERFORGE_CONTROLLER_RUN": "1"},
+CASES = {  # each case's three switches (1 = clusterforge's, 0 = Ansible's own behaviour)
+    name: dict(zip(("CLUSTERFORGE_CONTROLLER_SKIP", "CLUSTERFORGE_TEMPLATE_CACHE", "CLUSTERFORGE_CONTROLLER_RUN"),
+                   switches, strict=True))
+    for name, switches in (
+        ("ansible", "000"),
+        ("+ skips", "100"),
+        ("+ template cache", "110"),
+        ("+ controller run", "111"),
+    )
 }
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -91,7 +94,7 @@ def main() -> None:
             # the callbacks of playbooks/ too, as for site.yml: clusterforge_preload imports the
             # restart policy into the controller, so its forks copy what configure's forks copy
             switches = {**switches, "ANSIBLE_CALLBACK_PLUGINS": str(PLAYBOOKS / "callback_plugins")}
-            runs = [_run(folder, play, args.hosts, name != "ansible", switches) for _ in range(args.repeat)]
+            runs = [_run(folder, play, args.hosts, True, switches) for _ in range(args.repeat)]  # switches decide
             figures[name] = (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs))
     tasks = 8 * args.rounds
     print(f"{tasks} tasks x {args.hosts} hosts, connection local, clusterforge_linear, median of {args.repeat} runs")

@@ -5,8 +5,8 @@ from the host's variables alone: their action plugins declare ``_requires_connec
 run no module. Ansible's linear strategy still forks a worker for each host of each such task, and
 the site playbook has many of them: every role's argument-spec check on every host, the preflight
 assertions, the restart policy's ``set_fact``. In the six-node local cluster's idempotent re-run
-they were 104 of the ~300 workers forked, each a fork of the ~110 MiB controller, its copy-on-write
-faults and a round trip through the results queue.
+they are 104 of the 293 host results that ran (``benchmarks/configure_profile.py``), each a fork of
+the whole controller, its copy-on-write faults and a round trip through the results queue.
 
 :func:`run_here` does for such a task in the controller what ``WorkerProcess`` does in the fork:
 the start callback, ``TaskExecutor(...).run()`` inside the task's ``TaskContext``, and the result

@@ -4,8 +4,8 @@ ansible-core 2.19 keeps no compiled templates: every ``when``, ``loop``, module 
 variable it templates is lexed, parsed, turned into Python source and ``compile()``-d again, for
 every host of every task, in the controller (the strategy's decisions, ``controller_skip``) and
 again in each forked worker. A sampling profile of the six-node local cluster's idempotent re-run
-(py-spy over ``ansible-playbook`` and its workers) put Jinja's compile at a tenth of the
-controller's CPU and a quarter of the workers'; ``benchmarks/controller_cost.py`` measures it.
+(py-spy over ``ansible-playbook`` and its workers) showed Jinja's compile as a large part of both;
+``benchmarks/controller_cost.py`` measures what the cache saves.
 
 :func:`install` puts a cache in front of ``TemplateEngine._compile_template`` and
 ``TemplateEngine._compile_expression`` in the process that forks the workers, so a string
@@ -34,7 +34,6 @@ ansible-core minor release) and not with ``CLUSTERFORGE_TEMPLATE_CACHE=0``.
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
 from clusterforge.configure.controller_skip import checked_release
@@ -45,7 +44,6 @@ ENV_SWITCH = "CLUSTERFORGE_TEMPLATE_CACHE"
 #: few thousand at most (the site playbook's tasks, defaults and argument specs)
 CAPACITY = 8192
 
-_lock = threading.Lock()
 _installed = False
 #: compiles that went to Jinja, and compiles answered from the cache (for the tests and benchmark)
 stats = {"compiled": 0, "reused": 0}
@@ -84,9 +82,8 @@ def install() -> bool:
             return hit
         result = compile_(engine, source, options)
         stats["compiled"] += 1
-        if isinstance(result, good):  # not a deferred compile error
-            with _lock:
-                cache[key] = result
+        if isinstance(result, good):  # not a deferred compile error (LRUCache locks its writes)
+            cache[key] = result
         return result
 
     def _compile_template(self: Any, template: str, options: Any) -> Any:
