@@ -60,19 +60,29 @@ def test_unknown_playbook_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-core is not installed")
-def test_validate_through_ansible_runner_leaves_no_secret(tmp_path: Path) -> None:
+def test_validate_through_ansible_runner_leaves_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A real ansible-runner run (validate.yml runs on the Ansible host only): the secret handed in
     reaches the play (its check passes) but no artifact holds it, and the temp folder is gone."""
     pytest.importorskip("ansible_runner")
     secret = "cf-unit-Secret-51b2"
     events: list[ProgressEvent] = []
+    # the run's private folder goes where CLUSTERFORGE_RUNNER_TMP says (clusterforge/configure/workdir.py)
+    runner_tmp = tmp_path / "runner-tmp"
+    runner_tmp.mkdir()
+    seen_during_run: set[str] = set()
+
+    def progress(e: ProgressEvent) -> None:
+        seen_during_run.update(p.name for p in runner_tmp.iterdir())
+        events.append(e)
+
+    monkeypatch.setenv("CLUSTERFORGE_RUNNER_TMP", str(runner_tmp))
     res = configure(
         _local_with_accounting(tmp_path),
         playbook="validate.yml",
         inventory_dir=tmp_path / "inv",
         secrets={"slurmdbd_storage_pass": secret},
         keep_artifacts=tmp_path / "artifacts",
-        progress=events.append,
+        progress=progress,
         check=True,
         diff=True,
     )
@@ -86,6 +96,8 @@ def test_validate_through_ansible_runner_leaves_no_secret(tmp_path: Path) -> Non
         assert secret.encode() not in f.read_bytes(), f
     assert not any(p.name in ("env", "envvars", "extravars", "passwords", "stdout", "fact_cache") for p in (tmp_path / "artifacts").rglob("*"))
     assert (tmp_path / "inv" / "hosts.yml").is_file()
+    assert [n for n in seen_during_run if n.startswith("clusterforge-configure-")], seen_during_run
+    assert list(runner_tmp.iterdir()) == []
 
 
 @pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-core is not installed")

@@ -894,6 +894,13 @@ def test_the_role_notifies_the_handlers_the_policy_names(tmp_path: Path) -> None
     # and the copy's bytes when the render is unchanged, are stable: the e2e test's second run is changed=0)
     assert changed == {"ctl": 4, "cpu-001": 4}
 
+    # the copy is read in one task that takes a missing copy as none (the first run above); any
+    # other error reading it still fails the run, rather than passing for a first install
+    copy_on_ctl.unlink()
+    copy_on_ctl.mkdir()
+    with pytest.raises(AssertionError, match=r"Source is a directory and must be a file: .*clusterforge-manifest"):
+        run(spec)
+
 
 @pytest.mark.skipif(not __import__("shutil").which("ansible-playbook"), reason="ansible-core is not installed")
 def test_the_role_refuses_an_installed_file_the_manifest_did_not_hash(tmp_path: Path) -> None:

@@ -236,7 +236,11 @@ def configure(
     elif not (inv_dir / "hosts.yml").is_file():
         raise ConfigureError(f"{inv_dir} holds no hosts.yml; run `clusterforge inventory {spec_path}` first")
 
-    work = Path(tempfile.mkdtemp(prefix="clusterforge-configure-"))
+    from clusterforge.configure.workdir import runner_parent
+
+    hosts = sum(len(g.hostnames) for g in cluster.node_groups)
+    parent = runner_parent(hosts)
+    work = Path(tempfile.mkdtemp(prefix="clusterforge-configure-", dir=str(parent) if parent else None))
     os.chmod(work, 0o700)
     secret_values = [str(v) for v in (secrets or {}).values()]
     cmdline: list[str] = []
@@ -326,7 +330,9 @@ def configure(
             kept = Path(keep_artifacts)
             if kept.exists():
                 shutil.rmtree(kept)
-            shutil.copytree(pdd / "artifacts", kept)
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            # the run's folder is deleted next: a rename on the same file system, else a copy
+            shutil.move(str(pdd / "artifacts"), str(kept))
         return ConfigureResult(
             rc=int(r.rc), status=str(r.status), stats=stats, duration_s=duration, artifact_dir=kept, failures=failures
         )
