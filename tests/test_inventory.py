@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from clusterforge.aws import outputs as out
-from clusterforge.clusterspec import load_spec
+from clusterforge.clusterspec import load_spec, parse_spec
 from clusterforge.inventory import (
     INVENTORY_VERSION,
     Ec2Access,
@@ -243,6 +243,16 @@ def test_ansible_reads_the_generated_inventory(tmp_path: Path) -> None:
     hv = data["_meta"]["hostvars"]["dgx-001"]
     assert hv["clusterforge_node_group"] == "dgx"
     assert hv["clusterforge_cluster_name"] == "dgx-pod"
+    # the OS's own Python, so no host runs interpreter discovery (and python3-apt is the one it has)
+    assert hv["ansible_python_interpreter"] == "/usr/bin/python3"
+
+
+@pytest.mark.parametrize("os_name", ["debian-12", "debian-13", "ubuntu-22.04", "ubuntu-24.04"])
+def test_every_spec_os_runs_modules_under_its_own_python(os_name: str) -> None:
+    spec = _load(EXAMPLES / "onprem-dgx.yaml")
+    spec["os"] = os_name
+    inv = build_inventory(resolve(parse_spec(spec, "test"), base_dir=EXAMPLES))
+    assert inv.all_vars["ansible_python_interpreter"] == "/usr/bin/python3"
 
 
 def test_bad_head_group_names_the_field_without_the_union_tag() -> None:
