@@ -3,10 +3,11 @@
 ansible-runner turns every Ansible event into files: the playbook's callback writes the event to a
 ``-partial.json`` file (create, write, rename), and the runner process reads it back and writes
 the final ``job_events/N-UUID.json``. The six-node re-run makes about 1,400 events, and the
-callback runs in ansible-playbook's one controller thread, which is what bounds a re-run. On this
-kind of machine's ext4 a create-write-rename of such a file costs several times what it costs on
-tmpfs (``benchmarks/event_files.py`` prints both and the ratio), so the folder goes to ``/dev/shm`` when it can
-hold the run's events with room to spare, and to the system's temporary folder otherwise.
+callback runs in ansible-playbook's one controller thread, which every task of every host passes
+through. On this kind of machine's ext4 a create-write-rename of such a file costs several times
+what it costs on tmpfs (``benchmarks/event_files.py`` prints both and the ratio), so the folder
+goes to ``/dev/shm`` when it can hold the run's events with room to spare, and to the system's
+temporary folder otherwise.
 
 tmpfs also keeps the values a run is handed as ``secrets`` (the 0600 vars file in the same folder)
 off the disk. The folder is private (0700) and deleted when the run ends either way; kept
