@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from clusterforge.configure import (
+    INVENTORY_PLUGINS_WITHOUT_EC2,
     ConfigureError,
     ProgressEvent,
     TextProgress,
     _events_to_progress,
     configure,
+    inventory_env,
     scrub_artifacts,
 )
 
@@ -106,3 +111,32 @@ def test_missing_secret_fails_validation(tmp_path: Path) -> None:
     res = configure(_local_with_accounting(tmp_path), playbook="validate.yml", inventory_dir=tmp_path / "inv")
     assert not res.ok
     assert any("slurmdbd_storage_pass" in f and "Vault" in f for f in res.failures), res.failures
+
+
+def test_the_inventory_plugins_are_ansible_cfgs_without_aws_ec2() -> None:
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "ansible.cfg")
+    enabled = [p.strip() for p in cfg["inventory"]["enable_plugins"].split(",")]
+    assert "amazon.aws.aws_ec2" in enabled
+    assert INVENTORY_PLUGINS_WITHOUT_EC2.split(",") == [p for p in enabled if p != "amazon.aws.aws_ec2"]
+
+
+@pytest.mark.skipif(shutil.which("ansible-inventory") is None, reason="ansible-core is not installed")
+def test_a_run_without_an_aws_ec2_config_does_not_load_the_plugin(tmp_path: Path) -> None:
+    inv = tmp_path / "inv"
+    shutil.copytree(ROOT / "inventories" / "onprem-example", inv)
+    env = inventory_env([inv])
+    assert env == {"ANSIBLE_INVENTORY_ENABLED": "ansible.builtin.yaml,ansible.builtin.ini"}
+    # the generated inventory still reads in full with those plugins
+    p = subprocess.run(["ansible-inventory", "-i", str(inv), "--list"], capture_output=True, text=True, timeout=300,
+                       cwd=ROOT, check=False,
+                       env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), **env})
+    assert p.returncode == 0, p.stderr
+    assert len(json.loads(p.stdout)["dgx_pod_dgx"]["hosts"]) == 32
+    # an aws_ec2 config, in the folder or given as a file, keeps ansible.cfg's plugins
+    (inv / "aws_ec2.yml").write_text("plugin: amazon.aws.aws_ec2\n")
+    assert inventory_env([inv]) == {}
+    assert inventory_env([tmp_path / "none", inv / "aws_ec2.yml"]) == {}
+    assert inventory_env([inv / "hosts.yml"]) == env

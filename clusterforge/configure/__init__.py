@@ -270,6 +270,7 @@ def configure(
             "PATH": os.pathsep.join([str(Path(binary).parent), os.environ.get("PATH", "")]),
             "ANSIBLE_FORCE_COLOR": "0",
             **strategy_vars,
+            **inventory_env([inv_dir, *extra_inventories]),
             **(envvars or {}),
         }
         pdd = work / "runner"
@@ -373,6 +374,26 @@ def strategy_env(strategy: str | None) -> dict[str, str]:
             "(or use --strategy linear)"
         )
     return env | {"ANSIBLE_STRATEGY": "clusterforge_mitogen_linear"}
+
+
+#: The inventory plugins a run without an aws_ec2 plugin config enables: ansible.cfg's
+#: ``enable_plugins`` without ``amazon.aws.aws_ec2`` (tests/test_ansible_configure.py keeps the two
+#: in step). Loading that plugin imports amazon.aws and botocore in ansible-playbook, about 0.15 s
+#: of every on-prem or local run for an inventory source it never has.
+INVENTORY_PLUGINS_WITHOUT_EC2 = "ansible.builtin.yaml,ansible.builtin.ini"
+
+
+def inventory_env(inventories: Sequence[Path]) -> dict[str, str]:
+    """``ANSIBLE_INVENTORY_ENABLED`` without the aws_ec2 plugin when no inventory holds its config.
+
+    A config is a file named ``*aws_ec2.yml`` or ``*aws_ec2.yaml`` (the plugin's own rule), given
+    directly or anywhere under an inventory folder."""
+    for inv in inventories:
+        p = Path(inv)
+        files = [p] if p.is_file() else (list(p.rglob("*aws_ec2.y*ml")) if p.is_dir() else [])
+        if any(f.name.endswith(("aws_ec2.yml", "aws_ec2.yaml")) for f in files):
+            return {}
+    return {"ANSIBLE_INVENTORY_ENABLED": INVENTORY_PLUGINS_WITHOUT_EC2}
 
 
 def _quote(s: str) -> str:
