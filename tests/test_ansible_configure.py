@@ -124,7 +124,8 @@ def test_the_inventory_plugins_are_ansible_cfgs_without_aws_ec2() -> None:
 
 
 @pytest.mark.skipif(shutil.which("ansible-inventory") is None, reason="ansible-core is not installed")
-def test_a_run_without_an_aws_ec2_config_does_not_load_the_plugin(tmp_path: Path) -> None:
+def test_a_run_without_an_aws_ec2_config_does_not_load_the_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANSIBLE_INVENTORY_ENABLED", raising=False)
     inv = tmp_path / "inv"
     shutil.copytree(ROOT / "inventories" / "onprem-example", inv)
     env = inventory_env([inv])
@@ -140,3 +141,6 @@ def test_a_run_without_an_aws_ec2_config_does_not_load_the_plugin(tmp_path: Path
     assert inventory_env([inv]) == {}
     assert inventory_env([tmp_path / "none", inv / "aws_ec2.yml"]) == {}
     assert inventory_env([inv / "hosts.yml"]) == env
+    # the user's own choice of plugins is theirs
+    monkeypatch.setenv("ANSIBLE_INVENTORY_ENABLED", "ansible.builtin.yaml,community.general.proxmox")
+    assert inventory_env([inv / "hosts.yml"]) == {}

@@ -5,7 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
+from clusterforge.configure import ConfigureError, configure
 from clusterforge.configure.workdir import EVENT_BYTES_PER_HOST, HEADROOM_BYTES, runner_parent
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _free(p: Path) -> int:
@@ -35,4 +40,13 @@ def test_the_default_without_a_usable_tmpfs(tmp_path: Path) -> None:
 
 def test_the_variable_names_the_folder_outright(tmp_path: Path) -> None:
     chosen = tmp_path / "disk"
+    chosen.mkdir()
     assert runner_parent(10**9, env={"CLUSTERFORGE_RUNNER_TMP": str(chosen)}, shm=tmp_path) == chosen
+
+
+def test_a_variable_naming_no_folder_is_refused_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("ansible_runner")
+    monkeypatch.setenv("CLUSTERFORGE_RUNNER_TMP", str(tmp_path / "missing"))
+    with pytest.raises(ConfigureError, match=r"CLUSTERFORGE_RUNNER_TMP=.*missing.*not a folder.*unset it"):
+        configure(ROOT / "examples" / "local.yaml", playbook="validate.yml", inventory_dir=tmp_path / "inv")
+    assert not (tmp_path / "inv").exists()  # refused before the inventory was written

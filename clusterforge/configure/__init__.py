@@ -230,16 +230,20 @@ def configure(
     # resolved once; a spec with errors is refused here exactly as `render` refuses it
     rc = resolve_file(spec_path, facts_dir=facts_dir).require_valid("configured")
     cluster = rc.spec
+    # where ansible-runner's folder goes (refused before anything is written)
+    from clusterforge.configure.workdir import RunnerTmpError, runner_parent
+
+    hosts = sum(len(g.hostnames) for g in cluster.node_groups)
+    try:
+        parent = runner_parent(hosts)
+    except RunnerTmpError as e:
+        raise ConfigureError(str(e)) from None
     inv_dir = Path(inventory_dir) if inventory_dir else Path("inventories") / "generated" / cluster.name
     if regenerate:
         generate_inventory(rc, stack_outputs=stack_outputs, out_dir=inv_dir, force=force)
     elif not (inv_dir / "hosts.yml").is_file():
         raise ConfigureError(f"{inv_dir} holds no hosts.yml; run `clusterforge inventory {spec_path}` first")
 
-    from clusterforge.configure.workdir import runner_parent
-
-    hosts = sum(len(g.hostnames) for g in cluster.node_groups)
-    parent = runner_parent(hosts)
     work = Path(tempfile.mkdtemp(prefix="clusterforge-configure-", dir=str(parent) if parent else None))
     os.chmod(work, 0o700)
     secret_values = [str(v) for v in (secrets or {}).values()]
@@ -387,7 +391,9 @@ def inventory_env(inventories: Sequence[Path]) -> dict[str, str]:
     """``ANSIBLE_INVENTORY_ENABLED`` without the aws_ec2 plugin when no inventory holds its config.
 
     A config is a file named ``*aws_ec2.yml`` or ``*aws_ec2.yaml`` (the plugin's own rule), given
-    directly or anywhere under an inventory folder."""
+    directly or anywhere under an inventory folder. A variable the user set already is kept."""
+    if "ANSIBLE_INVENTORY_ENABLED" in os.environ:
+        return {}
     for inv in inventories:
         p = Path(inv)
         files = [p] if p.is_file() else (list(p.rglob("*aws_ec2.y*ml")) if p.is_dir() else [])

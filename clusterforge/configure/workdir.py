@@ -23,6 +23,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 SHM = Path("/dev/shm")
+
+
+class RunnerTmpError(ValueError):
+    """``CLUSTERFORGE_RUNNER_TMP`` names no folder the run can use."""
+
+
 # A host's events in one run: the six-node local cluster wrote 8.0 MB in its first run (1.3 MB a
 # host); eight times that leaves room for chattier roles and for -v.
 EVENT_BYTES_PER_HOST = 8 << 20
@@ -36,7 +42,13 @@ def runner_parent(hosts: int, env: Mapping[str, str] = os.environ, shm: Path = S
     ``hosts`` is the number of inventory hosts the run may touch (every node of the spec)."""
     override = env.get("CLUSTERFORGE_RUNNER_TMP")
     if override:
-        return Path(override)
+        chosen = Path(override)
+        if not chosen.is_dir() or not os.access(chosen, os.W_OK | os.X_OK):
+            raise RunnerTmpError(
+                f"CLUSTERFORGE_RUNNER_TMP={override!r}: not a folder this user can write; "
+                "create it, point the variable at one, or unset it (then /dev/shm or the temporary folder)"
+            )
+        return chosen
     try:
         st = os.statvfs(shm)
     except OSError:
