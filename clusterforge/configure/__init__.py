@@ -396,8 +396,7 @@ def inventory_env(inventories: Sequence[Path]) -> dict[str, str]:
         return {}
     for inv in inventories:
         p = Path(inv)
-        files = [p] if p.is_file() else (list(p.rglob("*aws_ec2.y*ml")) if p.is_dir() else [])
-        if any(f.name.endswith(("aws_ec2.yml", "aws_ec2.yaml")) for f in files):
+        if any(f.name.endswith(("aws_ec2.yml", "aws_ec2.yaml")) for f in (p.rglob("*") if p.is_dir() else [p])):
             return {}
     return {"ANSIBLE_INVENTORY_ENABLED": INVENTORY_PLUGINS_WITHOUT_EC2}
 
