@@ -783,6 +783,29 @@ def test_a_configure_under_mitogen_finds_nothing_to_change(cluster: tuple[LocalC
             assert secret.encode() not in f.read_bytes(), f"secret in {f}"
 
 
+def test_a_configure_repairs_a_stopped_daemon_a_disabled_one_a_released_hold_and_the_name(
+        cluster: tuple[LocalCluster, Runs]) -> None:
+    """The roles skip a start, an enable, a hold and the host name that site.yml's Facts play found
+    done (its one read of dpkg, systemd and /etc/hostname). What an operator undid by hand is not
+    done, so the next configure does it again, on that node alone."""
+    lc, _ = cluster
+    sh(lc, "cpu-001", "systemctl stop munge && systemctl disable --quiet prometheus-node-exporter"
+                      " && apt-mark unhold slurmd && printf '# by hand\\nrenamed\\n' > /etc/hostname")
+    assert sh(lc, "cpu-001", "systemctl is-active munge || true").strip() == "inactive"
+    assert sh(lc, "cpu-001", "systemctl is-enabled prometheus-node-exporter || true").strip() == "disabled"
+    assert "slurmd" not in sh(lc, "cpu-001", "apt-mark showhold").split()
+    lines: list[str] = []
+    run = lc.configure(progress=TextProgress(lines.append))
+    assert run.ok, "\n".join(run.failures + lines[-40:])
+    per_host = {h: s.get("changed", 0) for h, s in run.stats.items() if h != "localhost"}
+    assert per_host == {h: (4 if h == "cpu-001" else 0) for h in NODES}, \
+        "\n".join(ln for ln in lines if ": changed " in ln)
+    assert sh(lc, "cpu-001", "systemctl is-active munge").strip() == "active"
+    assert sh(lc, "cpu-001", "systemctl is-enabled prometheus-node-exporter").strip() == "enabled"
+    assert "slurmd" in sh(lc, "cpu-001", "apt-mark showhold").split()
+    assert sh(lc, "cpu-001", "hostname; grep -v '^#' /etc/hostname").split() == ["cpu-001", "cpu-001"]
+
+
 def test_a_second_cluster_with_the_same_node_names_is_refused(cluster: tuple[LocalCluster, Runs], tmp_path: Path) -> None:
     """Slurm names its cgroup v1 folders slurm_<node> machine-wide: the running cluster's slurmds
     own /sys/fs/cgroup/*/slurm_gpu-001 and the rest, so `local up` of the same names on another

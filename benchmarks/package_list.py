@@ -1,0 +1,105 @@
+"""What a host's installed-package list costs Ansible's controller: a fact, or a host variable.
+
+    python3 benchmarks/package_list.py [--calls 300]
+
+site.yml's Facts play used to run ``package_facts``: its answer (a record per package) became the
+host's fact ``packages``. It now reads dpkg itself and keeps the names with ``set_fact``
+(``clusterforge_installed_packages``). This prints what each costs in the one place that is paid
+for every task on every host: ansible-core's own ``VariableManager.get_vars``, which the strategy
+calls for each host it queues a task on.
+
+Both lists are this machine's real ones: ``package_facts`` run by the real ``ansible`` (connection
+local, the system Python, whose python3-apt it needs) and the Facts play's own dpkg read (its
+command, taken from site.yml, run by bash). One inventory host gets each in turn, the way Ansible
+stores it: ``set_host_facts`` for the fact, ``set_nonpersistent_facts`` for the ``set_fact``.
+Prints the median of ``--calls`` calls each, in milliseconds, with the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _package_facts() -> dict[str, object]:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    out = subprocess.run(
+        ["ansible", "localhost", "-c", "local", "-e", "ansible_python_interpreter=/usr/bin/python3",
+         "-m", "ansible.builtin.package_facts", "-a", "manager=apt", "-o"],
+        env=env, capture_output=True, text=True, timeout=120, check=True).stdout
+    facts: dict[str, object] = json.loads(out.split("=>", 1)[1])["ansible_facts"]
+    return facts
+
+
+def _dpkg_read() -> dict[str, list[str]]:
+    site = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
+    cmd = next(p for p in site if p.get("name") == "Facts")["vars"]["__site_read_host"]
+    out = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd}"], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    read: dict[str, list[str]] = json.loads(out)
+    return read
+
+
+def _median_ms(fn: object, calls: int) -> float:
+    times = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        fn()  # type: ignore[operator]
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1000
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=300)
+    args = ap.parse_args()
+
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import init_plugin_loader
+    from ansible.vars.manager import VariableManager
+
+    init_plugin_loader([])  # what ansible-playbook's CLI does first: the collection loader
+
+    load = os.getloadavg()[0]
+    facts = _package_facts()
+    read = _dpkg_read()
+    with tempfile.TemporaryDirectory() as tmp:
+        inv = Path(tmp) / "hosts.yml"
+        inv.write_text("all:\n  hosts:\n    h1:\n")
+        loader = DataLoader()
+        inventory = InventoryManager(loader=loader, sources=[str(inv)])
+        vm = VariableManager(loader=loader, inventory=inventory)
+        host = inventory.get_host("h1")
+
+        base = _median_ms(lambda: vm.get_vars(host=host), args.calls)
+        vm.set_host_facts("h1", facts)
+        as_fact = _median_ms(lambda: vm.get_vars(host=host), args.calls)
+        vm.clear_facts("h1")
+        vm.set_nonpersistent_facts("h1", {"clusterforge_installed_packages": read["installed"],
+                                          "clusterforge_held_packages": read["held"]})
+        as_var = _median_ms(lambda: vm.get_vars(host=host), args.calls)
+
+    packages = facts["packages"]
+    assert isinstance(packages, dict)
+    print(f"VariableManager.get_vars for one host, median of {args.calls} calls (this machine's packages)")
+    print(f"  no package list                          {base:7.3f} ms")
+    print(f"  package_facts' fact ({len(packages)} packages)        {as_fact:7.3f} ms")
+    print(f"  the Facts play's lists ({len(read['installed'])} entries)      {as_var:7.3f} ms")
+    print(f"  machine: {os.cpu_count()} CPUs, load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
