@@ -92,6 +92,14 @@ def test_the_facts_play_reads_what_dpkg_says_is_installed_and_held(tmp_path: Pat
     assert read["python_apt"] is True
     # this host's apt index age, by the apt module's rule: a whole number of seconds
     assert isinstance(read["age"], int) and read["age"] >= 0
+    # systemd's active and enabled units: a list of names (empty on a host without systemd as PID
+    # 1, like this one; tests/test_local_cluster.py repairs what an operator stopped on real nodes)
+    assert isinstance(read["units"], list) and all(isinstance(u, str) for u in read["units"])
+    # the static host name as hostnamed reads /etc/hostname: the first line that is not a comment
+    etc = Path("/etc/hostname")
+    lines = [ln.strip() for ln in etc.read_text().splitlines()] if etc.exists() else []
+    first = next((ln for ln in lines if ln and not ln.startswith("#")), "")
+    assert read["static"] == (first if re.fullmatch(r"[A-Za-z0-9.-]+", first) else "")
 
 
 def _tasks(path: Path) -> list[dict[str, Any]]:
