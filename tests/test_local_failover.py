@@ -122,14 +122,17 @@ def test_the_backup_takes_over_and_no_job_or_record_is_lost(cluster: LocalCluste
     # that waits for them
     running = sh(lc, CLIENT, "sbatch --parsable --exclusive -N2 --wrap 'sleep 45'").strip()
     wait_for(f"job {running} running", lambda: job_state(lc, running) == "RUNNING", 60)
-    queued = sh(lc, CLIENT, "sbatch --parsable --exclusive -N2 --wrap 'true'").strip()
+    # a name no other job has, so the state file shows whether it holds this job
+    name = f"cf-queued-after-{running}"
+    queued = sh(lc, CLIENT, f"sbatch --parsable --exclusive -N2 --job-name={name} --wrap 'true'").strip()
     assert job_state(lc, queued) == "PENDING"
     # slurmctld writes its state at most every 5 s (state_save.c: SAVE_MAX_WAIT), so a SIGKILL
-    # loses what changed in the last seconds: the kill comes once a save follows the last change
-    changed = int(sh(lc, "ctl-1", "date +%s").strip())
+    # loses what changed in the last seconds: the kill comes once the saved file holds the last
+    # job. The file's content, not its mtime: a save in the same second as the submission would
+    # pass an mtime check without the job (one-second mtimes), and one just before it never would.
     wait_for(
-        "the primary's next state save",
-        lambda: int(sh(lc, "ctl-1", "stat -c %Y /shared/slurm/state/job_state").strip()) > changed,
+        "the primary's state save that holds the queued job",
+        lambda: lc.on("ctl-1", f"grep -aqF {name} /shared/slurm/state/job_state").returncode == 0,
         30,
     )
     seen = primary_lines(lc, "ctl-2")
