@@ -163,7 +163,7 @@ def test_files_to_copy_names_the_files_a_node_lacks_or_has_otherwise(tmp_path: P
     entries = [entry("a.conf"), entry("b.conf"), entry("c.conf", mode=0o600), entry("d.conf"),
                entry("kept.conf", kept_on=["cpu"]), entry("new.conf")]
     have = {
-        "/etc/slurm/a.conf": node("a.conf"),                        # as rendered
+        "/etc/slurm/a.conf": node("a.conf", text="a.conf"),         # as rendered (read with its text: "+PATH")
         "/etc/slurm/b.conf": node("b.conf", sha256="0" * 64),       # other bytes
         "/etc/slurm/c.conf": node("c.conf", mode="0600"),           # as rendered, mode given as a number
         "/etc/slurm/d.conf": node("d.conf", owner="slurm"),         # other owner

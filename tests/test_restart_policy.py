@@ -856,6 +856,8 @@ def test_the_role_notifies_the_handlers_the_policy_names(tmp_path: Path) -> None
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(roles),
            "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
 
+    outputs: list[str] = []
+
     def run(spec: dict[str, Any]) -> tuple[dict[str, list[str]], dict[str, int]]:
         result = render_cluster(parse_spec(spec, "test"), base_dir=EXAMPLES)
         texts = {name: f.content for name, f in result.files.items()}
@@ -867,6 +869,7 @@ def test_the_role_notifies_the_handlers_the_policy_names(tmp_path: Path) -> None
         p = subprocess.run(["ansible-playbook", "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")],
                            capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env, check=False)
         assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+        outputs.append(p.stdout)
         ran: dict[str, list[str]] = {h: [] for h in hosts}
         for line in log.read_text().splitlines() if log.exists() else []:
             h, topic = line.split(" ", 1)
@@ -894,11 +897,21 @@ def test_the_role_notifies_the_handlers_the_policy_names(tmp_path: Path) -> None
     # and the copy's bytes when the render is unchanged, are stable: the e2e test's second run is changed=0)
     assert changed == {"ctl": 4, "cpu-001": 4}
 
-    # the copy is read in one task that takes a missing copy as none (the first run above); any
-    # other error reading it still fails the run, rather than passing for a first install
+    # a re-run of the same render: the copy is read with the host's paths and is already the
+    # render's, so nothing writes it (a copy task would be one more module run per host)
+    ran, changed = run(spec)
+    assert ran == {"ctl": [], "cpu-001": []} and changed == {"ctl": 0, "cpu-001": 0}
+    # (the default callback prints a task's banner only with a host result it shows, and skips are
+    # not shown: ansible.cfg's display_skipped_hosts)
+    keep = "TASK [slurm : Keep the installed manifest for the next run's restart decisions]"
+    assert keep in outputs[0] and keep in outputs[1] and keep not in outputs[2]
+
+    # the copy is read in the same round trip as the host's paths, which takes a missing copy as
+    # none (the first run above); anything else there that is not a file fails the run, rather
+    # than passing for a first install
     copy_on_ctl.unlink()
     copy_on_ctl.mkdir()
-    with pytest.raises(AssertionError, match=r"Source is a directory and must be a file: .*clusterforge-manifest"):
+    with pytest.raises(AssertionError, match=r"clusterforge-manifest\.json\s+is a directory, not a file"):
         run(spec)
 
 

@@ -47,8 +47,13 @@ def files_to_copy(entries: Any, node_paths: Any, folder: str, node_group: str) -
         return {"type": "file", "owner": e["owner"], "group": e["group"], "mode": _mode(e["mode"]),
                 "sha256": sums[e["name"]]}
 
+    def differs(e: Any) -> bool:
+        want = wanted(e)
+        got = have[e["node_path"]]  # may hold more than the comparison needs (a "+PATH" read's text)
+        return {k: got.get(k) for k in want} != want
+
     return [e for e in entries if e["node_path"] not in have
-            or (node_group not in (e.get("kept_on") or []) and have[e["node_path"]] != wanted(e))]
+            or (node_group not in (e.get("kept_on") or []) and differs(e))]
 
 
 def dirs_to_make(dirs: Any, node_paths: Any, mode: str = "0755") -> list[Any]:
