@@ -783,27 +783,48 @@ def test_a_configure_under_mitogen_finds_nothing_to_change(cluster: tuple[LocalC
             assert secret.encode() not in f.read_bytes(), f"secret in {f}"
 
 
+HAND_EDITED = ("/etc/sysctl.d/90-clusterforge.conf", "/etc/security/limits.d/90-clusterforge.conf", "/etc/hosts",
+               "/etc/munge/munge.key", "/etc/apt/preferences.d/clusterforge-slurm.pref")
+
+
 def test_a_configure_repairs_a_stopped_daemon_a_disabled_one_a_released_hold_and_the_name(
         cluster: tuple[LocalCluster, Runs]) -> None:
-    """The roles skip a start, an enable, a hold and the host name that site.yml's Facts play found
-    done (its one read of dpkg, systemd and /etc/hostname). What an operator undid by hand is not
-    done, so the next configure does it again, on that node alone."""
+    """The roles skip a start, an enable, a hold, the host name and the writes of files that
+    site.yml's Facts play found done (its one read of dpkg, systemd, /etc/hostname and the files
+    the roles write). What an operator undid by hand is not done, so the next configure does it
+    again, on that node alone: a file with a line added, one with another mode, the cluster's
+    block in /etc/hosts with another address, the munge key owned by root."""
     lc, _ = cluster
     sh(lc, "cpu-001", "systemctl stop munge && systemctl disable --quiet prometheus-node-exporter"
                       " && apt-mark unhold slurmd && printf '# by hand\\nrenamed\\n' > /etc/hostname")
+    files_before = sh(lc, "cpu-001", f"sha256sum {' '.join(HAND_EDITED)}; stat -c '%n %U %a' {' '.join(HAND_EDITED)}")
+    sh(lc, "cpu-001", "echo '# by hand' >> /etc/sysctl.d/90-clusterforge.conf"
+                      " && chmod 0600 /etc/security/limits.d/90-clusterforge.conf"
+                      " && sed -i 's/^[0-9.]* cpu-002$/10.99.99.99 cpu-002/' /etc/hosts"
+                      " && chown root /etc/munge/munge.key"
+                      " && echo '# by hand' >> /etc/apt/preferences.d/clusterforge-slurm.pref")
     assert sh(lc, "cpu-001", "systemctl is-active munge || true").strip() == "inactive"
     assert sh(lc, "cpu-001", "systemctl is-enabled prometheus-node-exporter || true").strip() == "disabled"
     assert "slurmd" not in sh(lc, "cpu-001", "apt-mark showhold").split()
+    assert "10.99.99.99 cpu-002" in sh(lc, "cpu-001", "cat /etc/hosts")
     lines: list[str] = []
     run = lc.configure(progress=TextProgress(lines.append))
     assert run.ok, "\n".join(run.failures + lines[-40:])
     per_host = {h: s.get("changed", 0) for h, s in run.stats.items() if h != "localhost"}
-    assert per_host == {h: (4 if h == "cpu-001" else 0) for h in NODES}, \
-        "\n".join(ln for ln in lines if ": changed " in ln)
+    changed = "\n".join(ln for ln in lines if ": changed " in ln)
+    # the name, the hold, node exporter's enable, the five files (no_log: the key's own task shows
+    # no line), and munge's restart for its key, which also starts the munge stopped by hand
+    assert per_host == {h: (9 if h == "cpu-001" else 0) for h in NODES}, changed
+    for task in ("Write the cluster hosts into /etc/hosts", "Set resource limits for RDMA and MPI jobs",
+                 "Write kernel settings", "Pin the Slurm packages to release", "Restart munge"):
+        assert f"cpu-001: changed {task}" in changed, changed
     assert sh(lc, "cpu-001", "systemctl is-active munge").strip() == "active"
     assert sh(lc, "cpu-001", "systemctl is-enabled prometheus-node-exporter").strip() == "enabled"
     assert "slurmd" in sh(lc, "cpu-001", "apt-mark showhold").split()
     assert sh(lc, "cpu-001", "hostname; grep -v '^#' /etc/hostname").split() == ["cpu-001", "cpu-001"]
+    # every file as it was before the hand edits: bytes, owner and mode
+    assert sh(lc, "cpu-001", f"sha256sum {' '.join(HAND_EDITED)}; stat -c '%n %U %a' {' '.join(HAND_EDITED)}") \
+        == files_before
 
 
 def test_a_second_cluster_with_the_same_node_names_is_refused(cluster: tuple[LocalCluster, Runs], tmp_path: Path) -> None:

@@ -150,3 +150,97 @@ def test_starts_leave_out_units_that_were_running_only_in_roles_that_never_stop_
                 assert reads, f"{f}: {t['name']}"
             elif role not in _STARTS:
                 assert not reads, f"{f}: {t['name']} skips on a read from before the run"
+
+
+@pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="needs ansible-core")
+def test_the_facts_play_reads_the_files_the_roles_write(tmp_path: Path) -> None:
+    """The Facts play's read of the files the roles write (``__site_read_files``), given paths
+    here: type, owner, group, mode and SHA-256 of each, "absent" for a missing one; the SHA-256 of
+    the base64 for the munge key's kind; for a block, the bytes from the last begin marker to the
+    last end marker (what ansible.builtin.blockinfile replaces), and none when the end comes first
+    or a marker is missing. The expected hashes are taken here, from the bytes written."""
+    import base64
+    import grp
+    import hashlib
+    import pwd
+
+    files = tmp_path / "files"
+    files.mkdir()
+    plain = files / "plain.conf"
+    plain.write_bytes(b"a = 1\nb = 2\n")
+    plain.chmod(0o640)
+    key = files / "munge.key"
+    key.write_bytes(bytes(range(256)) * 4)
+    key.chmod(0o400)
+    begin, end = "# BEGIN clusterforge c1", "# END clusterforge c1"
+    hosts = files / "hosts"
+    hosts.write_bytes(f"127.0.0.1 localhost\n{begin}\n10.0.0.1 old\n{end}\n# between\n"
+                      f"{begin}\n10.0.0.2 n1\n10.0.0.3 n2\n{end}\n::1 localhost\n".encode())
+    hosts.chmod(0o644)
+    backwards = files / "backwards"
+    backwards.write_bytes(f"{end}\n10.0.0.2 n1\n{begin}\n".encode())
+    unmarked = files / "unmarked"
+    unmarked.write_bytes(b"127.0.0.1 localhost\n")
+    wanted = [{"path": str(plain)}, {"path": str(key), "base64": True},
+              {"path": str(hosts), "block": [begin, end]}, {"path": str(backwards), "block": [begin, end]},
+              {"path": str(unmarked), "block": [begin, end]}, {"path": str(files / "missing")},
+              {"path": str(files)}]
+    out = tmp_path / "read.json"
+    play = _facts_play()
+    play["hosts"] = "h1"
+    play["tasks"] = [play["tasks"][0], play["tasks"][2], {
+        "name": "Write what the roles will read",
+        "ansible.builtin.copy": {"dest": str(out), "mode": "0600", "content": "{{ clusterforge_file_states | to_json }}"},
+    }]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([play], sort_keys=False))
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"h1": {}}, "vars": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    p = subprocess.run(["ansible-playbook", "-i", "hosts.yml", "play.yml", "-e",
+                        json.dumps({"__site_read_files": wanted, "__site_python_apt": {"skipped": True}})],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    read = json.loads(out.read_text())
+
+    def sha(data: bytes) -> str:
+        return hashlib.sha256(data).hexdigest()
+
+    me, my_group = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+    assert read[str(plain)] == {"type": "file", "owner": me, "group": my_group, "mode": "0640",
+                                "sha256": sha(b"a = 1\nb = 2\n")}
+    assert read[str(key)]["mode"] == "0400"
+    assert read[str(key)]["base64_sha256"] == sha(base64.b64encode(bytes(range(256)) * 4))
+    # the last block: the module replaces from the last begin marker to the last end marker
+    assert read[str(hosts)]["block_sha256"] == sha(f"{begin}\n10.0.0.2 n1\n10.0.0.3 n2\n{end}\n".encode())
+    assert "block_sha256" not in read[str(backwards)] and "block_sha256" not in read[str(unmarked)]
+    assert read[str(files / "missing")] == {"type": "absent"}
+    assert read[str(files)]["type"] == "directory" and "sha256" not in read[str(files)]
+
+
+# each file site.yml reads and the task that writes it: the role's own path must be the one read
+# (else the task silently runs on every re-run), and the task must be skipped on the read's answer
+_WRITES = {
+    "common": ("kernel.yml", ["Set resource limits for RDMA and MPI jobs", "Write kernel settings"]),
+    "munge": ("key.yml", ["Install the cluster key"]),
+    "slurm": ("packages.yml", ["Pin the Slurm packages to release {{ __slurm_family }}"]),
+}
+
+
+def test_the_files_site_reads_are_the_ones_the_roles_write_and_skip_on() -> None:
+    play = _facts_play()
+    read = [f["path"] for f in play["vars"]["__site_read_files"]]
+    common = yaml.safe_load((ROOT / "roles" / "common" / "vars" / "main.yml").read_text())
+    munge = yaml.safe_load((ROOT / "roles" / "munge" / "vars" / "main.yml").read_text())
+    slurm = yaml.safe_load((ROOT / "roles" / "slurm" / "defaults" / "main.yml").read_text())
+    pin_default = re.search(r"default\('([^']+)'\)", next(p for p in read if "slurm_apt_preferences_file" in p))
+    assert pin_default and pin_default.group(1) == slurm["slurm_apt_preferences_file"]
+    for path in (common["__common_limits_file"], common["__common_sysctl_file"], "/etc/hosts",
+                 munge["__munge_key_path"]):
+        assert path in read, path
+    hosts_entry = next(f for f in play["vars"]["__site_read_files"] if f["path"] == "/etc/hosts")
+    assert [m.replace("| default('') ", "") for m in hosts_entry["block"]] == common["__common_hosts_markers"]
+    for role, (name, tasks) in {**_WRITES, "common_hosts": ("hosts.yml", ["Write the cluster hosts into /etc/hosts"])}.items():
+        folder = "common" if role == "common_hosts" else role
+        by_name = {t.get("name"): t for t in _tasks(ROOT / "roles" / folder / "tasks" / name)}
+        for task in tasks:
+            assert re.search(r"not __\w+_as_wanted", _when(by_name[task])), f"{folder}/{name}: {task}"
