@@ -7,6 +7,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import types
 from pathlib import Path
 from typing import Any
 
@@ -121,13 +122,20 @@ def test_fill_secrets_errors_name_the_secret_not_the_value() -> None:
         fill("X={{ SECRET:other }}\n", {"other": "v"}, [], "f")
 
 
-def test_render_sha256_hashes_bytes_and_names_a_missing_file(tmp_path: Path) -> None:
-    """The slurm role copies a rendered file only when the node's SHA-256 differs from this one's."""
+def _files_filters():
+    """The filters as the slurm role's plugin file gives them to Ansible."""
     spec = importlib.util.spec_from_file_location(
         "cf_files", ROOT / "roles" / "slurm" / "filter_plugins" / "clusterforge_files.py"
     )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    filters = mod.FilterModule().filters()
+    return types.SimpleNamespace(**filters)
+
+
+def test_render_sha256_hashes_bytes_and_names_a_missing_file(tmp_path: Path) -> None:
+    """The slurm role copies a rendered file only when the node's SHA-256 differs from this one's."""
+    mod = _files_filters()
     (tmp_path / "slurm").mkdir()
     data = b"NodeName=gpu-001 CPUs=2\r\n\xff"  # bytes as they are: no decoding, no newline changes
     (tmp_path / "slurm" / "slurm.conf").write_bytes(data)
@@ -135,13 +143,6 @@ def test_render_sha256_hashes_bytes_and_names_a_missing_file(tmp_path: Path) -> 
     assert got == {"slurm/slurm.conf": hashlib.sha256(data).hexdigest(), "slurm/gone.conf": None}
 
 
-def _files_filters():
-    spec = importlib.util.spec_from_file_location(
-        "cf_files", ROOT / "roles" / "slurm" / "filter_plugins" / "clusterforge_files.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_files_to_copy_names_the_files_a_node_lacks_or_has_otherwise(tmp_path: Path) -> None:

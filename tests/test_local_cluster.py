@@ -785,6 +785,12 @@ def test_a_configure_under_mitogen_finds_nothing_to_change(cluster: tuple[LocalC
 
 HAND_EDITED = ("/etc/sysctl.d/90-clusterforge.conf", "/etc/security/limits.d/90-clusterforge.conf", "/etc/hosts",
                "/etc/munge/munge.key", "/etc/apt/preferences.d/clusterforge-slurm.pref")
+# on a GPU node: what the nvidia_driver, cuda, nccl and dcgm roles write, and the folders they make
+GPU_DROPIN = "/etc/systemd/system/nvidia-dcgm-exporter.service.d"
+GPU_HAND_EDITED = ("/etc/apt/sources.list.d/clusterforge-nvidia-cuda.list", "/etc/apt/preferences.d/clusterforge-nvidia-driver",
+                   "/etc/profile.d/clusterforge-cuda.sh", f"{GPU_DROPIN}/clusterforge.conf",
+                   "/etc/dcgm-exporter/clusterforge-counters.csv", "/etc/nccl.conf")
+GPU_FOLDERS = ("/etc/apt/keyrings", "/run/dcgm-job-mapping", GPU_DROPIN)
 
 
 def test_a_configure_repairs_a_stopped_daemon_a_disabled_one_a_released_hold_and_the_name(
@@ -793,8 +799,17 @@ def test_a_configure_repairs_a_stopped_daemon_a_disabled_one_a_released_hold_and
     site.yml's Facts play found done (its one read of dpkg, systemd, /etc/hostname and the files
     the roles write). What an operator undid by hand is not done, so the next configure does it
     again, on that node alone: a file with a line added, one with another mode, the cluster's
-    block in /etc/hosts with another address, the munge key owned by root."""
+    block in /etc/hosts with another address, the munge key owned by root. And on gpu-001 the GPU
+    roles' files and folders: lines added, other modes, a folder removed."""
     lc, _ = cluster
+    gpu_state = f"sha256sum {' '.join(GPU_HAND_EDITED)}; stat -c '%n %U %G %a %F' {' '.join(GPU_HAND_EDITED + GPU_FOLDERS)}"
+    gpu_before = sh(lc, "gpu-001", gpu_state)
+    sh(lc, "gpu-001", "for f in /etc/apt/sources.list.d/clusterforge-nvidia-cuda.list /etc/profile.d/clusterforge-cuda.sh"
+                      f" {GPU_DROPIN}/clusterforge.conf /etc/dcgm-exporter/clusterforge-counters.csv;"
+                      " do echo '# by hand' >> $f; done"
+                      " && chmod 0600 /etc/apt/preferences.d/clusterforge-nvidia-driver /etc/nccl.conf"
+                      f" && chmod 0700 /etc/apt/keyrings {GPU_DROPIN} && rm -rf /run/dcgm-job-mapping")
+    assert lc.on("gpu-001", gpu_state).stdout != gpu_before  # (the removed folder fails the stat)
     sh(lc, "cpu-001", "systemctl stop munge && systemctl disable --quiet prometheus-node-exporter"
                       " && apt-mark unhold slurmd && printf '# by hand\\nrenamed\\n' > /etc/hostname")
     files_before = sh(lc, "cpu-001", f"sha256sum {' '.join(HAND_EDITED)}; stat -c '%n %U %a' {' '.join(HAND_EDITED)}")
@@ -814,7 +829,16 @@ def test_a_configure_repairs_a_stopped_daemon_a_disabled_one_a_released_hold_and
     changed = "\n".join(ln for ln in lines if ": changed " in ln)
     # the name, the hold, node exporter's enable, the five files (no_log: the key's own task shows
     # no line), and munge's restart for its key, which also starts the munge stopped by hand
-    assert per_host == {h: (9 if h == "cpu-001" else 0) for h in NODES}, changed
+    # on gpu-001: the six files and three folders, and dcgm-exporter's restart for its drop-in and
+    # counters (the package index refresh a changed repository or pin asks for reports no change)
+    assert per_host == {h: {"cpu-001": 9, "gpu-001": 10}.get(h, 0) for h in NODES}, changed
+    for task in ("Create the apt keyring folder", "Add NVIDIA's CUDA repository", "Pin the driver branch",
+                 "Put the toolkit on PATH", "Install the rendered NCCL configuration and job environment",
+                 "Install the rendered counters file", "Make the job mapping folder",
+                 "Make the dcgm-exporter drop-in folder (systemd)", "Pass the counters file to dcgm-exporter (systemd)",
+                 "Restart dcgm-exporter"):
+        assert f"gpu-001: changed {task}" in changed, changed
+    assert sh(lc, "gpu-001", gpu_state) == gpu_before
     for task in ("Write the cluster hosts into /etc/hosts", "Set resource limits for RDMA and MPI jobs",
                  "Write kernel settings", "Pin the Slurm packages to release", "Restart munge"):
         assert f"cpu-001: changed {task}" in changed, changed

@@ -223,6 +223,11 @@ _WRITES = {
     "common": ("kernel.yml", ["Set resource limits for RDMA and MPI jobs", "Write kernel settings"]),
     "munge": ("key.yml", ["Install the cluster key"]),
     "slurm": ("packages.yml", ["Pin the Slurm packages to release {{ __slurm_family }}"]),
+    "nvidia_driver": ("repo.yml", ["Create the apt keyring folder", "Add NVIDIA's CUDA repository",
+                                   "Pin the driver branch"]),
+    "cuda": ("main.yml", ["Put the toolkit on PATH"]),
+    "dcgm": ("main.yml", ["Make the job mapping folder", "Make the dcgm-exporter drop-in folder (systemd)",
+                          "Pass the counters file to dcgm-exporter (systemd)"]),
 }
 
 
@@ -244,3 +249,57 @@ def test_the_files_site_reads_are_the_ones_the_roles_write_and_skip_on() -> None
         by_name = {t.get("name"): t for t in _tasks(ROOT / "roles" / folder / "tasks" / name)}
         for task in tasks:
             assert re.search(r"not __\w+_as_wanted", _when(by_name[task])), f"{folder}/{name}: {task}"
+
+
+def _vars(role: str, kind: str = "vars") -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((ROOT / "roles" / role / kind / "main.yml").read_text())
+    return data
+
+
+def test_the_gpu_roles_skip_on_the_paths_site_reads() -> None:
+    """The GPU roles' files and folders that site.yml's Facts play reads: each path read is the
+    role's own (its vars, or its defaults where an inventory may move it), each write is skipped on
+    the read's answer, the repository checks (a stat) only when the read did not find the file, and
+    the copies of rendered files loop over ``files_to_copy`` of the read."""
+    play = _facts_play()
+    read = [f["path"] for f in play["vars"]["__site_read_files"]]
+    nvidia, cuda, dcgm, nccl = _vars("nvidia_driver"), _vars("cuda"), _vars("dcgm"), _vars("nccl")
+    dcgm_defaults = _vars("dcgm", "defaults")
+    for path in (nvidia["__nvidia_driver_repo_list"], nvidia["__nvidia_driver_pin_file"], "/etc/apt/keyrings",
+                 cuda["__cuda_profile_file"], cuda["__cuda_repo_list"], dcgm["__dcgm_repo_list"],
+                 "/etc/apt/sources.list.d/clusterforge-rocm.list"):
+        assert path in read, path
+    assert "/etc/apt/keyrings" in str(_tasks(ROOT / "roles" / "nvidia_driver" / "tasks" / "repo.yml")[0])
+    assert "/etc/apt/sources.list.d/clusterforge-rocm.list" in nccl["__nccl_repo_list"]
+    # the dcgm paths an inventory can move: the play reads the inventory's value, else the role's default
+    defaults = {m.group(1): m.group(2) for p in read for m in [re.search(r"\{\{ (\w+) \| default\('([^']+)'\) \}\}", p)] if m}
+    assert defaults["dcgm_exporter_job_mapping_dir"] == dcgm_defaults["dcgm_exporter_job_mapping_dir"]
+    assert defaults["dcgm_exporter_unit"] == dcgm_defaults["dcgm_exporter_unit"]
+    unit = "{{ dcgm_exporter_unit | default('nvidia-dcgm-exporter') }}"
+    assert dcgm["__dcgm_dropin_dir"] == "/etc/systemd/system/{{ dcgm_exporter_unit }}.service.d"
+    assert f"/etc/systemd/system/{unit}.service.d" in read
+    assert f"/etc/systemd/system/{unit}.service.d/clusterforge.conf" in read
+    assert dcgm["__dcgm_dropin_file"] == "{{ __dcgm_dropin_dir }}/clusterforge.conf"
+    # the rendered files the nccl and dcgm roles copy are among the manifest names the play reads
+    pattern = re.search(r"'name', 'match', '([^']+)'", play["vars"]["__site_read_files_all"])
+    assert pattern, play["vars"]["__site_read_files_all"]
+    for name in ("nccl/gpu.conf", "env/gpu.sh", "dcgm/counters.csv"):
+        assert re.match(pattern.group(1), name), name
+    assert re.search(_vars("nccl", "defaults")["nccl_manifest_pattern"], "nccl/gpu.conf")
+    for role, task_file in (("cuda", "main.yml"), ("dcgm", "main.yml"), ("nccl", "main.yml")):
+        tasks = _tasks(ROOT / "roles" / role / "tasks" / task_file)
+        stat = next(t for t in tasks if "ansible.builtin.stat" in t)
+        assert re.fullmatch(r"not __\w+_repo_read_there", _when(stat)), f"{role}: {_when(stat)}"
+        # a skipped stat has no "stat": nothing reads the registered result but the role's _there
+        text = (ROOT / "roles" / role / "tasks" / task_file).read_text()
+        assert ".stat.exists" not in text, role
+        copies = [t for t in tasks if "ansible.builtin.copy" in t and "src" in t["ansible.builtin.copy"]]
+        for t in copies:
+            assert "files_to_copy(clusterforge_file_states" in str(t["loop"]), f"{role}: {t['name']}"
+        assert len(copies) == (1 if role in ("dcgm", "nccl") else 0), role
+
+
+def test_the_nccl_and_dcgm_roles_carry_the_slurm_roles_file_filters() -> None:
+    """Each role runs alone too, so each carries the filter file; the three are one file."""
+    files = [ROOT / "roles" / r / "filter_plugins" / "clusterforge_files.py" for r in ("slurm", "nccl", "dcgm")]
+    assert len({f.read_bytes() for f in files}) == 1

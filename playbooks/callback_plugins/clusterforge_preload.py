@@ -1,4 +1,5 @@
-"""Import the Slurm role's restart policy once, in the process that forks Ansible's workers.
+"""Import the Slurm role's restart policy (and the roles' file filters) once, in the process that forks
+Ansible's workers.
 
 Ansible forks a worker process per host and task, and a worker's imports die with it. The Slurm
 role's two restart-policy tasks call filters (``roles/slurm/filter_plugins/clusterforge_restart.py``)
@@ -24,8 +25,9 @@ name: clusterforge_preload
 type: aggregate
 short_description: import clusterforge's restart policy before Ansible forks its workers
 description:
-  - Imports clusterforge.render.restart and clusterforge.render.manifest in the controller process,
-    so the workers Ansible forks per host and task inherit them.
+  - Imports clusterforge.render.restart, clusterforge.render.manifest and
+    clusterforge.render.node_files in the controller process, so the workers Ansible forks per host
+    and task inherit them.
   - Handles no event and prints nothing.
 """
 
@@ -40,4 +42,4 @@ class CallbackModule(CallbackBase):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         with contextlib.suppress(ImportError):
-            from clusterforge.render import manifest, restart  # noqa: F401
+            from clusterforge.render import manifest, node_files, restart  # noqa: F401

@@ -1,72 +1,17 @@
-"""What tasks/config.yml installs on a host: the rendered files and folders it lacks or has otherwise.
+"""What a role installs on a host: the rendered files and folders it lacks or has otherwise.
 
-* ``render_sha256``: the SHA-256 of rendered files in the render folder, on the Ansible host, bytes
-  as they are (no text decoding), without reading anything into a variable.
-* ``files_to_copy`` and ``dirs_to_make``: of the files and folders the role manages, those whose
-  copy on the node (``__slurm_node_paths``, one read per host) is missing or differs from what the
-  render wants. The tasks loop over these only. Before, they looped over every file with a ``when``,
-  and Ansible templated that ``when`` (and, through it, every file's hash and the node's read) once
-  per item and host: 45 items a host at 6 hosts, in an idempotent re-run that copies nothing.
+``render_sha256``, ``files_to_copy`` and ``dirs_to_make`` (``clusterforge.render.node_files``, where
+they are documented and tested). The slurm, nccl and dcgm roles each carry this same file, so each
+role runs alone too. Filter plugins run on the Ansible control host: clusterforge must be importable
+by the Python that runs ``ansible-playbook`` (``clusterforge configure`` runs it from its own
+environment), as for the slurm role's restart policy.
 """
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
 from typing import Any
 
-
-def render_sha256(folder: str, names: Any) -> dict[str, str | None]:
-    """``{name: sha256 hex}`` for each of ``names`` under ``folder``; None for a file that is missing
-    (the copy then runs and reports it, as it always did)."""
-    out: dict[str, str | None] = {}
-    for name in names or []:
-        path = Path(str(folder)) / str(name)
-        try:
-            out[str(name)] = hashlib.sha256(path.read_bytes()).hexdigest()
-        except OSError:
-            out[str(name)] = None
-    return out
-
-
-def _mode(mode: Any) -> str:
-    """A file mode as the node read reports it ("0644"), from the manifest's "0644" or 420."""
-    return "%04o" % (int(mode, 8) if isinstance(mode, str) else int(mode))
-
-
-def files_to_copy(entries: Any, node_paths: Any, folder: str, node_group: str) -> list[Any]:
-    """The manifest entries the copy must install on this host, in their order: missing on the
-    node, or differing from the render folder's file in bytes, owner, group or mode. A file this
-    host's group keeps (``kept_on``: a program on the host owns its copy) only when it is missing."""
-    entries = list(entries or [])
-    have = dict(node_paths or {})
-    present = [e for e in entries if e["node_path"] in have]
-    sums = render_sha256(folder, [e["name"] for e in present])
-
-    def wanted(e: Any) -> dict[str, Any]:
-        return {"type": "file", "owner": e["owner"], "group": e["group"], "mode": _mode(e["mode"]),
-                "sha256": sums[e["name"]]}
-
-    def differs(e: Any) -> bool:
-        want = wanted(e)
-        got = have[e["node_path"]]  # may hold more than the comparison needs (a "+PATH" read's text)
-        return {k: got.get(k) for k in want} != want
-
-    return [e for e in entries if e["node_path"] not in have
-            or (node_group not in (e.get("kept_on") or []) and differs(e))]
-
-
-def dirs_to_make(dirs: Any, node_paths: Any, mode: str = "0755") -> list[Any]:
-    """The folders to create or fix, in their order: those the node lacks, or has with another
-    owner, group or mode. An item is ``{path, owner}`` (the group is the owner) or a path that root
-    owns."""
-    have = dict(node_paths or {})
-    out = []
-    for d in dirs or []:
-        path, owner = (d["path"], d["owner"]) if isinstance(d, dict) else (d, "root")
-        if have.get(path) != {"type": "directory", "owner": owner, "group": owner, "mode": mode}:
-            out.append(d)
-    return out
+from clusterforge.render.node_files import dirs_to_make, files_to_copy, render_sha256
 
 
 class FilterModule:

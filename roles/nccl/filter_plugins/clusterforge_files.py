@@ -1,0 +1,19 @@
+"""What a role installs on a host: the rendered files and folders it lacks or has otherwise.
+
+``render_sha256``, ``files_to_copy`` and ``dirs_to_make`` (``clusterforge.render.node_files``, where
+they are documented and tested). The slurm, nccl and dcgm roles each carry this same file, so each
+role runs alone too. Filter plugins run on the Ansible control host: clusterforge must be importable
+by the Python that runs ``ansible-playbook`` (``clusterforge configure`` runs it from its own
+environment), as for the slurm role's restart policy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clusterforge.render.node_files import dirs_to_make, files_to_copy, render_sha256
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"render_sha256": render_sha256, "files_to_copy": files_to_copy, "dirs_to_make": dirs_to_make}
