@@ -132,7 +132,8 @@ def test_every_role_install_skips_what_dpkg_has_and_every_hold_what_is_held() ->
 
 
 # the roles whose systemd starts skip what was running: none of them stops or disables its daemons
-# (slurm does: a layout change stops slurmd, so its starts are not among them)
+# (slurm does: a layout change stops slurmd, so its starts skip on a read that knows of that stop,
+# __slurm_service_running, checked by the last two tests of this file)
 _STARTS = {"monitoring": "daemons.yml", "nvidia_driver": "daemons.yml", "dcgm": "main.yml", "munge": "main.yml"}
 
 
@@ -303,3 +304,57 @@ def test_the_nccl_and_dcgm_roles_carry_the_slurm_roles_file_filters() -> None:
     """Each role runs alone too, so each carries the filter file; the three are one file."""
     files = [ROOT / "roles" / r / "filter_plugins" / "clusterforge_files.py" for r in ("slurm", "nccl", "dcgm")]
     assert len({f.read_bytes() for f in files}) == 1
+
+
+def test_the_slurm_role_stops_only_slurmd_and_only_before_a_layout_change() -> None:
+    """The slurm role's starts skip a daemon that was active and enabled when the run began
+    (``__slurm_service_running``), which is sound only while its one stop is slurmd's in
+    tasks/stop_first.yml: a new stop anywhere else must say how the starts learn of it."""
+    stops = []
+    for f in sorted((ROOT / "roles" / "slurm").glob("tasks/*.yml")) + [ROOT / "roles" / "slurm" / "handlers" / "main.yml"]:
+        for t in _tasks(f):
+            svc = t.get("ansible.builtin.systemd_service")
+            if isinstance(svc, dict) and (svc.get("state") == "stopped" or svc.get("enabled") is False):
+                stops.append((f.name, svc.get("name")))
+            if re.search(r"clusterforge-svc\b.*\bstop\b|__slurm_svc_bin \}\} stop", str(t.get("ansible.builtin.command", ""))):
+                stops.append((f.name, "svc"))
+    assert stops == [("stop_first.yml", "slurmd"), ("stop_first.yml", "svc")], stops
+    start = _tasks(ROOT / "roles" / "slurm" / "tasks" / "service.yml")[0]
+    assert start["ansible.builtin.systemd_service"]["state"] == "started"
+    assert "not __slurm_service_running" in _when(start)
+
+
+@pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="needs ansible-core")
+def test_a_slurm_daemon_counts_as_running_unless_the_rollout_stopped_it(tmp_path: Path) -> None:
+    """``__slurm_service_running`` from the role's own vars file, evaluated by the real
+    ansible-playbook: active and enabled at the start and not stopped by this run's rollout."""
+    cases = [
+        # (daemon, active units at the start, the prepare play's rollout or None, running?)
+        ("slurmd", ["munge", "slurmd"], {"stop_first": False, "drain": ""}, True),
+        ("slurmd", ["munge", "slurmd"], {"stop_first": True, "drain": "gres"}, False),
+        ("slurmd", ["munge"], {"stop_first": False, "drain": ""}, False),
+        ("slurmd", ["slurmd"], None, True),
+        ("slurmctld", ["slurmctld"], None, True),
+        ("slurmctld", ["slurmd"], None, False),
+        ("slurmdbd", ["slurmdbd"], {"stop_first": True, "drain": "gres"}, True),
+    ]
+    tasks: list[dict[str, Any]] = [{"name": "Role vars", "ansible.builtin.include_vars": {
+        "file": str(ROOT / "roles" / "slurm" / "vars" / "main.yml")}}]
+    for i, (daemon, units, rollout, _) in enumerate(cases):
+        case_vars: dict[str, Any] = {"__slurm_service": daemon, "clusterforge_active_units": units}
+        if rollout is not None:
+            case_vars["__slurm_rollout"] = rollout
+        tasks.append({"name": f"case {i}", "ansible.builtin.set_fact": {f"case_{i}": "{{ __slurm_service_running | bool }}"},
+                      "vars": case_vars})
+    tasks.append({"name": "Write", "ansible.builtin.copy": {
+        "dest": str(tmp_path / "out.json"), "mode": "0600",
+        "content": "{{ [" + ", ".join(f"case_{i}" for i in range(len(cases))) + "] | to_json }}"}})
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([{"hosts": "h1", "gather_facts": False, "tasks": tasks}],
+                                                      sort_keys=False))
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"h1": {}}, "vars": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    p = subprocess.run(["ansible-playbook", "-i", "hosts.yml", "play.yml"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    assert json.loads((tmp_path / "out.json").read_text()) == [c[3] for c in cases]
