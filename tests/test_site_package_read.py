@@ -311,7 +311,7 @@ def test_the_slurm_role_stops_only_slurmd_and_only_before_a_layout_change() -> N
     (``__slurm_service_running``), which is sound only while its one stop is slurmd's in
     tasks/stop_first.yml: a new stop anywhere else must say how the starts learn of it."""
     stops = []
-    for f in sorted((ROOT / "roles" / "slurm").glob("tasks/*.yml")) + [ROOT / "roles" / "slurm" / "handlers" / "main.yml"]:
+    for f in [*sorted((ROOT / "roles" / "slurm").glob("tasks/*.yml")), ROOT / "roles" / "slurm" / "handlers" / "main.yml"]:
         for t in _tasks(f):
             svc = t.get("ansible.builtin.systemd_service")
             if isinstance(svc, dict) and (svc.get("state") == "stopped" or svc.get("enabled") is False):
