@@ -301,7 +301,7 @@ def test_the_gpu_roles_skip_on_the_paths_site_reads() -> None:
 
 
 def test_the_nccl_and_dcgm_roles_carry_the_slurm_roles_file_filters() -> None:
-    """Each role runs alone too, so each carries the filter file; the three are one file."""
+    """Each role runs alone too, so each has the filter file: nccl's and dcgm's link to slurm's."""
     files = [ROOT / "roles" / r / "filter_plugins" / "clusterforge_files.py" for r in ("slurm", "nccl", "dcgm")]
     assert len({f.read_bytes() for f in files}) == 1
 

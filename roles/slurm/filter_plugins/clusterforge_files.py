@@ -1,8 +1,8 @@
 """What a role installs on a host: the rendered files and folders it lacks or has otherwise.
 
 ``render_sha256``, ``files_to_copy`` and ``dirs_to_make`` (``clusterforge.render.node_files``, where
-they are documented and tested). The slurm, nccl and dcgm roles each carry this same file, so each
-role runs alone too. Filter plugins run on the Ansible control host: clusterforge must be importable
+they are documented and tested). The nccl and dcgm roles' ``filter_plugins/clusterforge_files.py``
+are links to this file, so each of the three roles runs alone too, from one file. Filter plugins run on the Ansible control host: clusterforge must be importable
 by the Python that runs ``ansible-playbook`` (``clusterforge configure`` runs it from its own
 environment), as for the slurm role's restart policy.
 """
