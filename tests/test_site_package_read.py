@@ -358,3 +358,152 @@ def test_a_slurm_daemon_counts_as_running_unless_the_rollout_stopped_it(tmp_path
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     assert json.loads((tmp_path / "out.json").read_text()) == [c[3] for c in cases]
+
+
+def _run_play(tmp_path: Path, play: list[dict[str, Any]], hosts: dict[str, Any],
+              extra: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    cmd = ["ansible-playbook", "-i", "hosts.yml", "play.yml"] + (["-e", json.dumps(extra)] if extra else [])
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False)
+
+
+@pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="needs ansible-core")
+def test_the_facts_play_reads_the_slurm_daemons_releases(tmp_path: Path) -> None:
+    """The Facts play's ``-V`` of each Slurm daemon of ``__site_read_daemons`` (given stand-in
+    executables here): what one that answers prints, as the command module registers it, even text
+    that JSON must escape; nothing for one that fails, one that is not there or one that is not
+    executable, so the slurm role asks those again."""
+    sbin = tmp_path / "sbin"
+    sbin.mkdir()
+    scripts = {
+        "slurmd": "#!/bin/sh\nprintf 'slurm 24.11.5 \"x\" \\\\ y\\n'\necho warn >&2\n",
+        "slurmctld": "#!/bin/sh\necho 'error: no' >&2\nexit 1\n",
+        "slurmdbd": "#!/bin/sh\necho 'slurm 24.11.5'\n",
+    }
+    for name, text in scripts.items():
+        (sbin / name).write_text(text)
+        (sbin / name).chmod(0o755 if name != "slurmdbd" else 0o644)
+    out = tmp_path / "read.json"
+    play = _facts_play()
+    play["hosts"] = "h1"
+    play["tasks"] = [play["tasks"][0], play["tasks"][2], {
+        "name": "Write what the roles will read",
+        "ansible.builtin.copy": {"dest": str(out), "mode": "0600",
+                                 "content": "{{ {'releases': clusterforge_daemon_releases,"
+                                            " 'files': clusterforge_file_states} | to_json }}"},
+    }]
+    p = _run_play(tmp_path, [play], {"all": {"hosts": {"h1": {}}, "vars": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}},
+        {"__site_read_files": [{"path": str(sbin / "slurmd")}], "__site_python_apt": {"skipped": True},
+         "__site_read_daemons": [str(sbin / n) for n in ("slurmd", "slurmctld", "slurmdbd", "missing")]})
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    read = json.loads(out.read_text())
+    assert read["releases"] == {"slurmd": {"item": "slurmd", "rc": 0, "stdout": 'slurm 24.11.5 "x" \\ y',
+                                           "stderr": "warn"}}
+    # the files read still arrives beside it
+    assert read["files"][str(sbin / "slurmd")]["mode"] == "0755"
+
+
+def test_the_site_read_names_the_daemons_the_slurm_role_asks() -> None:
+    """The Facts play reads `-V` of the daemons the role would run it on: /usr/sbin/<name>."""
+    read = _facts_play()["vars"]["__site_read_daemons"]
+    task = next(t for t in _tasks(ROOT / "roles" / "slurm" / "tasks" / "packages.yml")
+                if t.get("name") == "Read the release of the installed daemons")
+    assert "['/usr/sbin/' ~ item, '-V'] if item != 'slurmdbd'" in task["ansible.builtin.command"]["argv"]
+    assert read == ["/usr/sbin/slurmctld", "/usr/sbin/slurmd"]
+    assert "__slurm_releases_known" in task["loop"]
+
+
+def _slurm_release_host(daemons: list[str], **host_vars: Any) -> dict[str, Any]:
+    groups = {"slurmctld": "slurm_controller", "slurmd": "slurm_compute", "slurmdbd": "slurm_dbd"}
+    return {"groups": [groups[d] for d in daemons], "vars": {
+        "clusterforge_slurm_version": "24.11", "clusterforge_accounting": {"enabled": True}, **host_vars}}
+
+
+@pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="needs ansible-core")
+def test_the_slurm_role_asks_only_the_daemons_the_facts_play_did_not_read(tmp_path: Path) -> None:
+    """``__slurm_releases_known`` from the role's own vars file, evaluated by the real
+    ansible-playbook: which daemons the read task still asks, and the releases the check reads
+    without asking."""
+    ctld = {"item": "slurmctld", "rc": 0, "stdout": "slurm 24.11.5", "stderr": ""}
+    cases: dict[str, tuple[dict[str, Any], list[str], dict[str, str]]] = {
+        # the re-run: the install skipped, slurmctld read by the Facts play, slurmdbd from dpkg
+        "rerun": (_slurm_release_host(
+            ["slurmctld", "slurmdbd"], __slurm_pkg_result={"skipped": True},
+            clusterforge_daemon_releases={"slurmctld": ctld},
+            clusterforge_installed_packages=["slurmdbd", "slurmdbd=24.11.5-4+deb13u1", "slurmdbd-x=1"]),
+            [], {"slurmctld": "slurm 24.11.5", "slurmdbd": "24.11.5-4+deb13u1"}),
+        # this run installed: everything is asked again
+        "installed": (_slurm_release_host(
+            ["slurmctld", "slurmdbd"], __slurm_pkg_result={"changed": True},
+            clusterforge_daemon_releases={"slurmctld": ctld},
+            clusterforge_installed_packages=["slurmdbd=24.11.5-4+deb13u1"]), ["slurmctld", "slurmdbd"], {}),
+        # check mode's install that could not find a new source's packages
+        "failed": (_slurm_release_host(
+            ["slurmd"], __slurm_pkg_result={"failed": True},
+            clusterforge_daemon_releases={"slurmd": {**ctld, "item": "slurmd"}}), ["slurmd"], {}),
+        # the role run without site.yml: no read
+        "alone": (_slurm_release_host(["slurmctld", "slurmd"], __slurm_pkg_result={"skipped": True}),
+                  ["slurmctld", "slurmd"], {}),
+        # SchedMD's packaging names slurmdbd's package slurm-smd-slurmdbd; Debian's name is not it;
+        # a release read of a daemon this host does not run is not checked
+        "schedmd": (_slurm_release_host(
+            ["slurmdbd"], __slurm_pkg_result={"skipped": True},
+            clusterforge_slurm_package_repo={"packaging": "schedmd"},
+            clusterforge_daemon_releases={"slurmctld": ctld},
+            clusterforge_installed_packages=["slurmdbd=22.05.8-4", "slurm-smd-slurmdbd=24.11.5-1"]),
+            [], {"slurmdbd": "24.11.5-1"}),
+        # slurmd failed in the Facts play's read (not in it): asked again
+        "unread": (_slurm_release_host(["slurmd"], __slurm_pkg_result={"skipped": True},
+                                       clusterforge_daemon_releases={}), ["slurmd"], {}),
+    }
+    tasks = [
+        {"name": "Role vars", "ansible.builtin.include_vars": {"file": str(ROOT / "roles" / "slurm" / "vars" / "main.yml")}},
+        {"name": "Write", "ansible.builtin.copy": {
+            "dest": str(tmp_path / "{{ inventory_hostname }}.json"), "mode": "0600",
+            "content": "{{ {'ask': __slurm_daemon_names | reject('in', __slurm_releases_known) | list,"
+                       " 'known': __slurm_releases_known | dict2items | selectattr('key', 'in', __slurm_daemon_names)"
+                       " | items2dict | dict2items | map(attribute='value') | list} | to_json }}"}},
+    ]
+    hosts: dict[str, Any] = {"all": {"vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+                                     "children": {}}}
+    for name, (host, _, _) in cases.items():
+        for group in host["groups"]:
+            hosts["all"]["children"].setdefault(group, {"hosts": {}})["hosts"][name] = host["vars"]
+    p = _run_play(tmp_path, [{"hosts": "all", "gather_facts": False, "tasks": tasks}], hosts)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    for name, (_, ask, known) in cases.items():
+        got = json.loads((tmp_path / f"{name}.json").read_text())
+        assert sorted(got["ask"]) == ask, name
+        assert {k["item"]: k["stdout"] for k in got["known"]} == known, name
+        assert all(k["rc"] == 0 and k["stderr"] == "" for k in got["known"]), name
+
+
+@pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="needs ansible-core")
+def test_the_release_check_fails_on_a_release_the_facts_play_read(tmp_path: Path) -> None:
+    """The role's own read and check tasks (tasks/packages.yml) under ansible-playbook, on a re-run
+    whose Facts play read each daemon: nothing is asked again, the right family passes and another
+    family fails with the check's message."""
+    tasks = [t for t in _tasks(ROOT / "roles" / "slurm" / "tasks" / "packages.yml")
+             if t["name"] in ("Read the release of the installed daemons", "Check that the daemons are Slurm {{ __slurm_family }}")]
+    assert len(tasks) == 2
+    play = [{"hosts": "all", "gather_facts": False, "tasks": [
+        {"name": "Role vars", "ansible.builtin.include_vars": {"file": str(ROOT / "roles" / "slurm" / "vars" / "main.yml")}},
+        *tasks]}]
+
+    def host(release: str) -> dict[str, Any]:
+        return {"clusterforge_slurm_version": "24.11", "clusterforge_accounting": {"enabled": False},
+                "__slurm_pkg_result": {"skipped": True}, "clusterforge_daemon_releases": {
+                    "slurmd": {"item": "slurmd", "rc": 0, "stdout": release, "stderr": ""}}}
+
+    hosts = {"all": {"vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+                     "children": {"slurm_compute": {"hosts": {"good": host("slurm 24.11.5"), "old": host("slurm 22.05.8")}}}}}
+    p = _run_play(tmp_path, play, hosts)
+    assert p.returncode != 0
+    # host: (ok, failed, skipped); the one skip is the read, whose loop is empty: no command ran
+    recap = {m.group(1): (int(m.group(2)), int(m.group(3)), int(m.group(4))) for m in
+             re.finditer(r"^(\w+)\s*: ok=(\d+) .*? failed=(\d+)\s+skipped=(\d+)", p.stdout, re.M)}
+    assert recap == {"good": (2, 0, 1), "old": (1, 1, 1)}, p.stdout[-3000:]
+    assert "slurmd on old reports slurm 22.05.8, but the spec targets Slurm 24.11" in p.stdout
