@@ -54,6 +54,21 @@ def _facts_play() -> dict[str, Any]:
     return play
 
 
+# the one inventory of most tests here: this host, as h1, through the local connection
+_LOCAL_VARS = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+_H1 = {"all": {"hosts": {"h1": {}}, "vars": _LOCAL_VARS}}
+
+
+def _run_play(tmp_path: Path, play: list[dict[str, Any]], hosts: dict[str, Any],
+              extra: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real ansible-playbook, with the project's ansible.cfg, on this play and inventory."""
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    run_env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", **(env or {})}
+    cmd = ["ansible-playbook", "-i", "hosts.yml", "play.yml"] + (["-e", json.dumps(extra)] if extra else [])
+    return subprocess.run(cmd, cwd=tmp_path, env=run_env, capture_output=True, text=True, timeout=180, check=False)
+
+
 @pytest.mark.skipif(shutil.which("ansible-playbook") is None or shutil.which("dpkg-query") is None,
                     reason="needs ansible-core and dpkg")
 def test_the_facts_play_reads_what_dpkg_says_is_installed_and_held(tmp_path: Path) -> None:
@@ -72,13 +87,7 @@ def test_the_facts_play_reads_what_dpkg_says_is_installed_and_held(tmp_path: Pat
             " 'static': clusterforge_static_hostname,"
             " 'python_apt': __site_python_apt is skipped} | to_json }}")},
     }]
-    (tmp_path / "play.yml").write_text(yaml.safe_dump([play], sort_keys=False))
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"h1": {}}, "vars": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "DPKG_ADMINDIR": str(admin)}
-    p = subprocess.run(["ansible-playbook", "-i", "hosts.yml", "play.yml"], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=180, check=False)
+    p = _run_play(tmp_path, [play], _H1, env={"DPKG_ADMINDIR": str(admin)})
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     read = json.loads(out.read_text())
     # installed: each by name and by name=version; not the removed, half-installed or absent ones
@@ -193,13 +202,7 @@ def test_the_facts_play_reads_the_files_the_roles_write(tmp_path: Path) -> None:
         "name": "Write what the roles will read",
         "ansible.builtin.copy": {"dest": str(out), "mode": "0600", "content": "{{ clusterforge_file_states | to_json }}"},
     }]
-    (tmp_path / "play.yml").write_text(yaml.safe_dump([play], sort_keys=False))
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"h1": {}}, "vars": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    p = subprocess.run(["ansible-playbook", "-i", "hosts.yml", "play.yml", "-e",
-                        json.dumps({"__site_read_files": wanted, "__site_python_apt": {"skipped": True}})],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False)
+    p = _run_play(tmp_path, [play], _H1, {"__site_read_files": wanted, "__site_python_apt": {"skipped": True}})
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     read = json.loads(out.read_text())
 
@@ -349,24 +352,9 @@ def test_a_slurm_daemon_counts_as_running_unless_the_rollout_stopped_it(tmp_path
     tasks.append({"name": "Write", "ansible.builtin.copy": {
         "dest": str(tmp_path / "out.json"), "mode": "0600",
         "content": "{{ [" + ", ".join(f"case_{i}" for i in range(len(cases))) + "] | to_json }}"}})
-    (tmp_path / "play.yml").write_text(yaml.safe_dump([{"hosts": "h1", "gather_facts": False, "tasks": tasks}],
-                                                      sort_keys=False))
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"h1": {}}, "vars": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    p = subprocess.run(["ansible-playbook", "-i", "hosts.yml", "play.yml"],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False)
+    p = _run_play(tmp_path, [{"hosts": "h1", "gather_facts": False, "tasks": tasks}], _H1)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     assert json.loads((tmp_path / "out.json").read_text()) == [c[3] for c in cases]
-
-
-def _run_play(tmp_path: Path, play: list[dict[str, Any]], hosts: dict[str, Any],
-              extra: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    cmd = ["ansible-playbook", "-i", "hosts.yml", "play.yml"] + (["-e", json.dumps(extra)] if extra else [])
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False)
 
 
 @pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="needs ansible-core")
@@ -394,8 +382,7 @@ def test_the_facts_play_reads_the_slurm_daemons_releases(tmp_path: Path) -> None
                                  "content": "{{ {'releases': clusterforge_daemon_releases,"
                                             " 'files': clusterforge_file_states} | to_json }}"},
     }]
-    p = _run_play(tmp_path, [play], {"all": {"hosts": {"h1": {}}, "vars": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}},
+    p = _run_play(tmp_path, [play], _H1,
         {"__site_read_files": [{"path": str(sbin / "slurmd")}], "__site_python_apt": {"skipped": True},
          "__site_read_daemons": [str(sbin / n) for n in ("slurmd", "slurmctld", "slurmdbd", "missing")]})
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
@@ -467,8 +454,7 @@ def test_the_slurm_role_asks_only_the_daemons_the_facts_play_did_not_read(tmp_pa
                        " 'known': __slurm_releases_known | dict2items | selectattr('key', 'in', __slurm_daemon_names)"
                        " | items2dict | dict2items | map(attribute='value') | list} | to_json }}"}},
     ]
-    hosts: dict[str, Any] = {"all": {"vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
-                                     "children": {}}}
+    hosts: dict[str, Any] = {"all": {"vars": _LOCAL_VARS, "children": {}}}
     for name, (host, _, _) in cases.items():
         for group in host["groups"]:
             hosts["all"]["children"].setdefault(group, {"hosts": {}})["hosts"][name] = host["vars"]
@@ -498,7 +484,7 @@ def test_the_release_check_fails_on_a_release_the_facts_play_read(tmp_path: Path
                 "__slurm_pkg_result": {"skipped": True}, "clusterforge_daemon_releases": {
                     "slurmd": {"item": "slurmd", "rc": 0, "stdout": release, "stderr": ""}}}
 
-    hosts = {"all": {"vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+    hosts = {"all": {"vars": _LOCAL_VARS,
                      "children": {"slurm_compute": {"hosts": {"good": host("slurm 24.11.5"), "old": host("slurm 22.05.8")}}}}}
     p = _run_play(tmp_path, play, hosts)
     assert p.returncode != 0
