@@ -737,7 +737,7 @@ def test_actions_a_failed_run_owed_are_run_by_the_next(bases: dict[str | None, M
 
 
 def test_the_plugin_takes_text_or_parsed_manifests(bases: dict[str | None, Manifest]) -> None:
-    """The role passes the slurped copy as text and the render's manifest parsed (from_json)."""
+    """The role passes the copy it last installed as text (its read of the host) and the render's manifest parsed (from_json)."""
     d = _base_spec()
     _group(d, "gpu").update(weight=20)
     head = _render(d)

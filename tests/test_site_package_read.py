@@ -493,3 +493,84 @@ def test_the_release_check_fails_on_a_release_the_facts_play_read(tmp_path: Path
              re.finditer(r"^(\w+)\s*: ok=(\d+) .*? failed=(\d+)\s+skipped=(\d+)", p.stdout, re.M)}
     assert recap == {"good": (2, 0, 1), "old": (1, 1, 1)}, p.stdout[-3000:]
     assert "slurmd on old reports slurm 22.05.8, but the spec targets Slurm 24.11" in p.stdout
+
+
+@pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="needs ansible-core")
+def test_the_munge_key_install_is_skipped_for_the_key_read_however_the_vault_wraps_it(tmp_path: Path) -> None:
+    """``__munge_key_as_wanted`` from the munge role's vars, under the real ansible-playbook: the
+    Facts play read this host's key (the SHA-256 of its base64, as ``__site_read_files_py`` gives
+    it). The vault's key matches whether it is one line or wrapped as ``base64`` prints it (76
+    columns, what ``base64 -d`` in the install reads alike); another key does not."""
+    import base64
+    import hashlib
+    key = bytes(range(256)) * 4  # munge's 1024-byte key
+    b64 = base64.b64encode(key).decode()
+    wrapped = "\n".join(b64[i:i + 76] for i in range(0, len(b64), 76)) + "\n"
+    other = base64.b64encode(key[::-1]).decode()
+    read = {"/etc/munge/munge.key": {"type": "file", "owner": "munge", "group": "munge", "mode": "0400",
+                                     "base64_sha256": hashlib.sha256(b64.encode()).hexdigest()}}
+    cases = {"one_line": b64, "wrapped": wrapped, "other": other}
+    hosts = {"all": {"vars": {**_LOCAL_VARS, "clusterforge_file_states": read},
+                     "hosts": {name: {"munge_key_b64": k} for name, k in cases.items()}}}
+    play = [{"hosts": "all", "gather_facts": False, "tasks": [
+        {"name": "Role vars", "ansible.builtin.include_vars": {"file": str(ROOT / "roles" / "munge" / "vars" / "main.yml")}},
+        {"name": "Write", "ansible.builtin.copy": {"dest": str(tmp_path / "{{ inventory_hostname }}.json"), "mode": "0600",
+                                                   "content": "{{ __munge_key_as_wanted | bool | to_json }}"}}]}]
+    p = _run_play(tmp_path, play, hosts)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    got = {name: json.loads((tmp_path / f"{name}.json").read_text()) for name in cases}
+    assert got == {"one_line": True, "wrapped": True, "other": False}
+
+
+@pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="needs ansible-core")
+def test_the_slurm_config_reads_the_node_again_only_when_the_prepare_read_is_stale(tmp_path: Path) -> None:
+    """``__slurm_prep_read_current`` and ``__slurm_node_paths`` from the role's vars file, under the
+    real ansible-playbook: a compute host's config tasks take the prepare play's read of its paths
+    while this run's install changed nothing, and read again after an install, a failed one, with
+    no prepare read (a controller, the role alone) or a skipped one."""
+    prep = {"changed": False, "rc": 0, "stdout": json.dumps({"/etc/slurm": {"type": "directory"}})}
+    own = {"changed": False, "rc": 0, "stdout": json.dumps({"/etc/slurm": {"type": "file"}})}
+    cases: dict[str, tuple[dict[str, Any], bool]] = {
+        "rerun": ({"__slurm_prep_read": prep, "__slurm_pkg_result": {"skipped": True}}, True),
+        "install_ok": ({"__slurm_prep_read": prep, "__slurm_pkg_result": {"changed": False}}, True),
+        "tags": ({"__slurm_prep_read": prep}, True),  # --tags slurm-config: no install task ran
+        "installed": ({"__slurm_prep_read": prep, "__slurm_pkg_result": {"changed": True}}, False),
+        "failed": ({"__slurm_prep_read": prep, "__slurm_pkg_result": {"failed": True}}, False),
+        "no_prepare": ({"__slurm_pkg_result": {"skipped": True}}, False),
+        "prepare_skipped": ({"__slurm_prep_read": {"skipped": True}, "__slurm_pkg_result": {"skipped": True}}, False),
+    }
+    tasks = [
+        {"name": "Role vars", "ansible.builtin.include_vars": {"file": str(ROOT / "roles" / "slurm" / "vars" / "main.yml")}},
+        {"name": "The config read, where the role would run it", "ansible.builtin.set_fact": {"__slurm_paths_read": own},
+         "when": "not __slurm_prep_read_current | bool"},
+        {"name": "The config read, skipped", "ansible.builtin.set_fact": {"__slurm_paths_read": {"skipped": True}},
+         "when": "__slurm_prep_read_current | bool"},
+        {"name": "Write", "ansible.builtin.copy": {
+            "dest": str(tmp_path / "{{ inventory_hostname }}.json"), "mode": "0600",
+            "content": "{{ {'current': __slurm_prep_read_current | bool,"
+                       " 'type': __slurm_node_paths['/etc/slurm'].type} | to_json }}"}},
+    ]
+    hosts = {"all": {"vars": _LOCAL_VARS, "children": {"slurm_compute": {"hosts": {
+        name: {"clusterforge_slurm_version": "24.11", **host} for name, (host, _) in cases.items()}}}}}
+    p = _run_play(tmp_path, [{"hosts": "all", "gather_facts": False, "tasks": tasks}], hosts)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    for name, (_, current) in cases.items():
+        got = json.loads((tmp_path / f"{name}.json").read_text())
+        assert got == {"current": current, "type": "directory" if current else "file"}, name
+
+
+def test_the_prepare_play_and_the_config_tasks_read_the_same_paths() -> None:
+    """Both reads are the one command from the role's vars, and the config read is skipped on the
+    prepare read's currency only: the tasks between them (the install) are what could change a
+    path, and they are the ones the rule names."""
+    prep = next(t for t in _tasks(ROOT / "roles" / "slurm" / "tasks" / "prepare.yml") if "ansible.builtin.command" in t)
+    conf = next(t for t in _tasks(ROOT / "roles" / "slurm" / "tasks" / "config.yml")
+                if t["name"] == "Read the Slurm folders and files this host has")
+    argv = "{{ __slurm_read_paths_cmd + __slurm_read_paths_args }}"
+    assert prep["ansible.builtin.command"]["argv"] == conf["ansible.builtin.command"]["argv"] == argv
+    assert prep["register"] == "__slurm_prep_read" and conf["register"] == "__slurm_paths_read"
+    assert _when(conf) == "not __slurm_prep_read_current | bool"
+    assert "__slurm_pkg_result" in _vars("slurm")["__slurm_prep_read_current"]
+    # the role's only package install registers what the rule reads
+    installs = [t for t in _tasks(ROOT / "roles" / "slurm" / "tasks" / "packages.yml") if "ansible.builtin.apt" in t]
+    assert [t.get("register") for t in installs if t["name"].startswith("Install the Slurm packages")] == ["__slurm_pkg_result"]
