@@ -1,4 +1,5 @@
-"""What a host's installed-package list costs Ansible's controller: a fact, or a host variable.
+"""What a host's installed-package list costs Ansible's controller: a fact, or a host variable; a
+list, or the keys of a mapping.
 
     python3 benchmarks/package_list.py [--calls 300]
 
@@ -13,6 +14,14 @@ local, the system Python, whose python3-apt it needs) and the Facts play's own d
 command, taken from site.yml, run by bash). One inventory host gets each in turn, the way Ansible
 stores it: ``set_host_facts`` for the fact, ``set_nonpersistent_facts`` for the ``set_fact``.
 Prints the median of ``--calls`` calls each, in milliseconds, with the load average.
+
+Then what a role's install pays to be skipped: its ``when``, ``names | reject('in',
+clusterforge_installed_packages) | list | length > 0``, templated by ansible-core's ``Templar`` with
+that host's variables, for the first five package names of ``roles/common/defaults/main.yml``
+that this machine has installed (a skip, as on a configured node). The read keeps the installed packages as the keys of a mapping; the
+same names as a list (what it kept before) are timed beside it. ansible-core 2.19 hands a template
+a list as a lazy container that templates each item it yields, so ``in`` over a list walks every
+entry; over a mapping it is one key lookup.
 """
 
 from __future__ import annotations
@@ -20,12 +29,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -42,12 +54,17 @@ def _package_facts() -> dict[str, object]:
     return facts
 
 
-def _dpkg_read() -> dict[str, list[str]]:
+def _dpkg_read() -> dict[str, Any]:
     site = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
-    cmd = next(p for p in site if p.get("name") == "Facts")["vars"]["__site_read_host"]
+    play_vars = next(p for p in site if p.get("name") == "Facts")["vars"]
+    # the command's Jinja, filled in as Ansible would for a host with no files or daemons to read
+    fill = {"ansible_facts['python']['executable'] | default('python3')": sys.executable,
+            "__site_read_files_py | quote": shlex.quote(play_vars["__site_read_files_py"]),
+            "__site_read_files_all | to_json | quote": "'[]'", "__site_read_daemons | to_json | quote": "'[]'"}
+    cmd = re.sub(r"\{\{ (.*?) \}\}", lambda m: fill[m.group(1)], play_vars["__site_read_host"])
     out = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd}"], capture_output=True, text=True,
                          timeout=60, check=True).stdout
-    read: dict[str, list[str]] = json.loads(out)
+    read: dict[str, Any] = json.loads(out)
     return read
 
 
@@ -91,12 +108,28 @@ def main() -> int:
                                           "clusterforge_held_packages": read["held"]})
         as_var = _median_ms(lambda: vm.get_vars(host=host), args.calls)
 
+        from ansible.template import Templar, trust_as_template
+
+        # the first five of the common role's packages that this machine has: a skip, as on a node
+        common = [n for n in yaml.safe_load((REPO / "roles" / "common" / "defaults" / "main.yml").read_text())["common_packages"]
+                  if n in read["installed"]][:5]
+        check = trust_as_template("{{ names | reject('in', clusterforge_installed_packages) | list | length > 0 }}")
+        when: dict[str, float] = {}
+        for form, installed in (("a list", list(read["installed"])), ("keys", read["installed"])):
+            vm.set_nonpersistent_facts("h1", {"clusterforge_installed_packages": installed})
+            templar = Templar(loader=loader, variables={**vm.get_vars(host=host), "names": common})
+            assert templar.template(check) is False, "the check must skip: every name is installed"
+            when[form] = _median_ms(lambda t=templar: t.template(check), max(args.calls // 10, 5))
+
     packages = facts["packages"]
     assert isinstance(packages, dict)
     print(f"VariableManager.get_vars for one host, median of {args.calls} calls (this machine's packages)")
     print(f"  no package list                          {base:7.3f} ms")
     print(f"  package_facts' fact ({len(packages)} packages)        {as_fact:7.3f} ms")
     print(f"  the Facts play's lists ({len(read['installed'])} entries)      {as_var:7.3f} ms")
+    print(f"an install's skip: its `when` over {len(common)} installed names ({', '.join(common)}), median")
+    for form, ms in when.items():
+        print(f"  installed packages as {form:<8} ({len(read['installed'])} entries)   {ms:7.3f} ms")
     print(f"  machine: {os.cpu_count()} CPUs, load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
     return 0
 

@@ -90,7 +90,9 @@ def test_the_facts_play_reads_what_dpkg_says_is_installed_and_held(tmp_path: Pat
     p = _run_play(tmp_path, [play], _H1, env={"DPKG_ADMINDIR": str(admin)})
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     read = json.loads(out.read_text())
-    # installed: each by name and by name=version; not the removed, half-installed or absent ones
+    # installed: each by name and by name=version, as keys (a membership test is one lookup); not
+    # the removed, half-installed or absent ones
+    assert isinstance(read["installed"], dict) and set(read["installed"].values()) == {True}
     assert sorted(read["installed"]) == sorted([
         "python3-apt", "python3-apt=2.6.0", "munge", "munge=0.5.15-2", "slurmd", "slurmd=24.11.5-1",
         "libnccl2", "libnccl2=2.21.5-1+cuda12.4"])
