@@ -58,10 +58,11 @@ def _run(tmp_path: Path, compute: list[str], timeout_s: int) -> tuple[subprocess
     (bin_dir / "scontrol").write_text(STANDIN)
     (bin_dir / "scontrol").chmod(0o755)
     log = tmp_path / "scontrol.log"
-    play = [{"hosts": "slurm_compute:slurm_login", "gather_facts": False, "tasks": [
+    play = [{"hosts": "slurm_login:slurm_compute", "gather_facts": False, "tasks": [
         {"name": "The role's compute start", "ansible.builtin.include_role": {"name": "slurm", "tasks_from": "start_compute"},
          "when": "'slurm_compute' in group_names"}]}]
-    # a login node shares the compute play (site.yml); it starts no slurmd and is not waited for
+    # a login node shares the compute play (site.yml), here first in it: it starts no slurmd, is
+    # not waited for, and is not the host that asks
     hosts = {"all": {"vars": _LOCAL_VARS, "children": {
         "slurm_compute": {"hosts": {h: {} for h in compute}}, "slurm_login": {"hosts": {"login": {}}}}}}
     extra = {
