@@ -16,11 +16,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+from tests.test_site_package_read import _LOCAL_VARS, _run_play
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "scontrol" / "show-node-oneliner-24.11.txt"
@@ -49,9 +49,6 @@ for name in sys.argv[3].split(","):
 sys.exit(rc)
 '''
 
-_LOCAL_VARS = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-
-
 def _run(tmp_path: Path, compute: list[str], timeout_s: int) -> tuple[subprocess.CompletedProcess[str], list[list[str]]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -72,12 +69,8 @@ def _run(tmp_path: Path, compute: list[str], timeout_s: int) -> tuple[subprocess
         "clusterforge_service_manager": "systemd", "__slurm_service_running": True,
         "__slurm_slurmd_log": "/var/log/slurm/slurmd.log",
     }
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "PATH": f"{bin_dir}:{os.environ['PATH']}", "STANDIN_LOG": str(log), "STANDIN_FIXTURE": str(FIXTURE)}
-    p = subprocess.run(["ansible-playbook", "-i", "hosts.yml", "play.yml", "-e", json.dumps(extra)],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "STANDIN_LOG": str(log), "STANDIN_FIXTURE": str(FIXTURE)}
+    p = _run_play(tmp_path, play, hosts, extra=extra, env=env)
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return p, calls
 
