@@ -93,6 +93,11 @@ def job_state(lc: LocalCluster, job: str) -> str:
     return m.group(1) if m else ""
 
 
+def unit_state(lc: LocalCluster, node: str, unit: str) -> str:
+    """systemd's ActiveState of ``unit`` on ``node``: active, deactivating, failed, inactive..."""
+    return sh(lc, node, f"systemctl show -p ActiveState --value {unit}", ok=False).strip()
+
+
 def primary_lines(lc: LocalCluster, node: str) -> int:
     return int(sh(lc, node, f"grep -c '{PRIMARY_LINE}' {CTLD_LOG} || true").strip() or 0)
 
@@ -138,8 +143,19 @@ def test_the_backup_takes_over_and_no_job_or_record_is_lost(cluster: LocalCluste
     seen = primary_lines(lc, "ctl-2")
 
     kill_epoch = int(sh(lc, "ctl-1", "date +%s").strip())
-    sh(lc, "ctl-1", "systemctl kill --signal=SIGKILL slurmctld; systemctl stop slurmctld")
+    sh(lc, "ctl-1", "systemctl kill --signal=SIGKILL slurmctld")
     killed = time.monotonic()
+    # systemd marks the unit failed once its process is gone. A SIGKILL does not end a process in
+    # uninterruptible IO (a state save's fsync on a busy disk) until that IO returns, so the test
+    # waits for the unit instead of a `systemctl stop`, which would wait the same IO and then its
+    # own TimeoutStopSec under one deadline
+    wait_for(
+        "the primary's slurmctld gone",
+        lambda: unit_state(lc, "ctl-1", "slurmctld") in ("failed", "inactive"),
+        180,
+        every=2,
+        show=lambda: sh(lc, "ctl-1", "systemctl status slurmctld --no-pager; ps -eo pid,stat,wchan:32,args", ok=False),
+    )
     wait_for("the backup running as primary", lambda: primary_lines(lc, "ctl-2") > seen, 90)
     took = time.monotonic() - killed
     print(f"\nbackup took over {took:.1f} s after the primary was killed (SlurmctldTimeout=10)")

@@ -65,6 +65,7 @@ NET = "10.89.0"
 BRIDGE_NS = "cfdb-br"
 NS = {"ctl": "cfdb-ctl", "n1": "cfdb-n1"}
 ADDR = {"ctl": f"{NET}.1", "n1": f"{NET}.11"}
+VETH = {"ctl": "cfdbctl", "n1": "cfdbn1"}  # each host's end on the bridge
 #: the role's MariaDB settings (roles/slurm/defaults/main.yml), written as its 90-clusterforge.cnf
 ROLE_DEFAULTS = ROOT / "roles/slurm/defaults/main.yml"
 
@@ -172,7 +173,7 @@ class Cluster:
     def host(self, name: str) -> None:
         """A fresh namespace for ``name`` with its address on the bridge (a new machine)."""
         self.namespaces.append(NS[name])
-        add_host(BRIDGE_NS, NS[name], f"cfdb{name}", ADDR[name])
+        add_host(BRIDGE_NS, NS[name], VETH[name], ADDR[name])
 
     def in_ctl(self, *cmd: str) -> list[str]:
         # the controller's own /run (MariaDB's socket at the package's /run/mysqld/mysqld.sock,
@@ -277,7 +278,14 @@ class Cluster:
                 p.wait(60)  # MariaDB flushes InnoDB on a clean shutdown; bounded all the same
             self.procs.remove(p)
         kill_netns_pids(NS["ctl"])
-        sh("ip", "netns", "del", NS["ctl"])  # its veth pair goes with it
+        # the veth pair goes first, by name: a deleted namespace frees its end (and so the bridge's
+        # end, whose name the new instance reuses) only once the last process in it has exited,
+        # which a SIGKILLed MariaDB may not have done yet
+        sh("ip", "-n", BRIDGE_NS, "link", "del", VETH["ctl"])
+        wait("the old instance's processes to exit",
+             lambda: not subprocess.run(["ip", "netns", "pids", NS["ctl"]], capture_output=True, text=True,
+                                        timeout=10).stdout.split(), limit=30)
+        sh("ip", "netns", "del", NS["ctl"])
         self.namespaces.remove(NS["ctl"])
         shutil.rmtree(self.w / "ctl")
 
