@@ -35,12 +35,10 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import yaml
+import role_templating
 
 REPO = Path(__file__).resolve().parents[1]
 ROLE = REPO / "roles" / "common"
@@ -69,47 +67,22 @@ def _min_facts() -> dict[str, Any]:
     return facts
 
 
-def _once_tasks() -> list[dict[str, Any]]:
-    tasks = yaml.safe_load((ROLE / "tasks" / "hosts.yml").read_text())
-    return [t for t in tasks if t.get("run_once") and "ansible.builtin.set_fact" in t]
-
-
 def _measure(n: int, layout: str, sample: int, facts: dict[str, Any]) -> tuple[float, dict[str, tuple[int, float]]]:
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar, trust_as_template
-    from ansible.vars.hostvars import HostVars
-    from ansible.vars.manager import VariableManager
+    from ansible.template import Templar
 
-    with tempfile.TemporaryDirectory() as tmp:
-        inv = Path(tmp) / "hosts.yml"
-        inv.write_text(yaml.safe_dump(_inventory(n, layout)))
-        loader = DataLoader()
-        inventory = InventoryManager(loader=loader, sources=[str(inv)])
-        vm = VariableManager(loader=loader, inventory=inventory)
-        HostVars(inventory=inventory, variable_manager=vm, loader=loader)  # `hostvars`, as a play has it
-        for name in (h.name for h in inventory.get_hosts()):
+    with role_templating.inventory(_inventory(n, layout)) as (loader, inv, vm):
+        names = sorted(h.name for h in inv.get_hosts())
+        for name in names:
             vm.set_host_facts(name, facts)
-        role_vars = loader.load_from_file(str(ROLE / "vars" / "main.yml"), trusted_as_template=True)
-        defaults = loader.load_from_file(str(ROLE / "defaults" / "main.yml"), trusted_as_template=True)
-        names = sorted(h.name for h in inventory.get_hosts())
+        role_vars = role_templating.role_file(loader, ROLE / "vars" / "main.yml")
+        defaults = role_templating.role_file(loader, ROLE / "defaults" / "main.yml")
 
-        def variables(name: str) -> dict[str, Any]:
-            return {**defaults, **vm.get_vars(host=inventory.get_host(name)), **role_vars}
+        def templar(name: str) -> Templar:
+            return Templar(loader=loader, variables={**defaults, **vm.get_vars(host=inv.get_host(name)), **role_vars})
 
-        once = 0.0
-        first = names[0]
-        for task in _once_tasks():
-            templar = Templar(loader=loader, variables=variables(first))
-            t = time.perf_counter()
-            facts = {k: templar.template(trust_as_template(v)) for k, v in task["ansible.builtin.set_fact"].items()}
-            once += time.perf_counter() - t
-            for name in names:
-                vm.set_nonpersistent_facts(name, facts)
-
-        kinds = {"static": [h for h in names if not inventory.get_host(h).vars.get("clusterforge_dynamic_address")]}
-        kinds["dynamic"] = [h for h in names if h not in set(kinds["static"])]
-        expr = trust_as_template("{{ __common_hosts_as_wanted }}")
+        once = role_templating.run_once_facts(ROLE / "tasks" / "hosts.yml", templar(names[0]), vm, names)
+        static = [h for h in names if not inv.get_host(h).vars.get("clusterforge_dynamic_address")]
+        kinds = {"static": static, "dynamic": sorted(set(names) - set(static))}
         per_kind: dict[str, tuple[int, float]] = {}
         for kind, hosts in kinds.items():
             if not hosts:
@@ -117,11 +90,9 @@ def _measure(n: int, layout: str, sample: int, facts: dict[str, Any]) -> tuple[f
             step = max(len(hosts) // sample, 1)
             times = []
             for name in sorted({*hosts[::step][:sample - 1], hosts[-1]}):
-                templar = Templar(loader=loader, variables=variables(name))
-                t = time.perf_counter()
-                wanted = templar.template(expr)
-                times.append(time.perf_counter() - t)
+                wanted, took = role_templating.timed(templar(name), "{{ __common_hosts_as_wanted }}")
                 assert wanted in (True, False), wanted
+                times.append(took)
             per_kind[kind] = (len(hosts), statistics.median(times))
         return once, per_kind
 
@@ -131,12 +102,7 @@ def main() -> int:
     ap.add_argument("--hosts", default="64,256,1024")
     ap.add_argument("--sample", type=int, default=20)
     args = ap.parse_args()
-    from ansible.plugins.loader import init_plugin_loader
-
-    init_plugin_loader([])  # what ansible-playbook's CLI does first: the collection loader
-    from ansible.plugins.loader import filter_loader
-
-    filter_loader.add_directory(str(ROLE / "filter_plugins"))  # as a play of the role loads them
+    role_templating.start_ansible(ROLE)
     load = os.getloadavg()
     facts = _min_facts()
     print(f"the common role's /etc/hosts decision (__common_hosts_as_wanted) per host, median of up to {args.sample} "

@@ -27,12 +27,9 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
-from typing import Any
 
-import yaml
+import role_templating
 
 REPO = Path(__file__).resolve().parents[1]
 ROLE = REPO / "roles" / "slurm"
@@ -46,63 +43,37 @@ def _idle_line() -> str:
     raise SystemExit(f"{FIXTURE}: no IDLE line to copy")
 
 
-def _once_tasks() -> list[dict[str, Any]]:
-    tasks = yaml.safe_load((ROLE / "tasks" / "start_compute.yml").read_text())
-    return [t for t in tasks if t.get("run_once") and "ansible.builtin.set_fact" in t]
-
-
 def _measure(n: int, sample: int) -> dict[str, float]:
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar, trust_as_template
-    from ansible.vars.hostvars import HostVars
-    from ansible.vars.manager import VariableManager
+    from ansible.template import Templar
 
     names = [f"gpu-{i:05d}" for i in range(n)]
     template_line = _idle_line()
     first = template_line.split(" ", 1)[0].removeprefix("NodeName=")
     lines = [template_line.replace(first, name) for name in names]
-    inv = {"all": {"children": {"slurm_compute": {"hosts": dict.fromkeys(names)},
-                                "slurm_login": {"hosts": {"login": None}}}}}
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "hosts.yml"
-        path.write_text(yaml.safe_dump(inv))
-        loader = DataLoader()
-        inventory = InventoryManager(loader=loader, sources=[str(path)])
-        vm = VariableManager(loader=loader, inventory=inventory)
-        HostVars(inventory=inventory, variable_manager=vm, loader=loader)
-        role_vars = loader.load_from_file(str(ROLE / "vars" / "main.yml"), trusted_as_template=True)
+    data = {"all": {"children": {"slurm_compute": {"hosts": dict.fromkeys(names)},
+                                 "slurm_login": {"hosts": {"login": None}}}}}
+    with role_templating.inventory(data) as (loader, inv, vm):
+        role_vars = role_templating.role_file(loader, ROLE / "vars" / "main.yml")
         # what the play gives every host of the batch, and the query's registered result (run
         # once, so every host of the batch has it)
         batch = {"ansible_play_batch": ["login", *names], "ansible_check_mode": False,
                  "__slurm_batch_show": {"rc": 0, "stdout_lines": lines, "stderr_lines": []}}
 
         def templar(name: str) -> Templar:
-            return Templar(loader=loader, variables={**vm.get_vars(host=inventory.get_host(name)), **role_vars, **batch})
-
-        def timed(t: Templar, expr: str) -> tuple[Any, float]:
-            start = time.perf_counter()
-            got = t.template(trust_as_template(expr))
-            return got, time.perf_counter() - start
+            return Templar(loader=loader, variables={**vm.get_vars(host=inv.get_host(name)), **role_vars, **batch})
 
         t = templar(names[0])
-        listed, list_s = timed(t, "{{ __slurm_batch_nodes }}")
+        listed, list_s = role_templating.timed(t, "{{ __slurm_batch_nodes }}")
         assert sorted(listed) == names, "the batch's compute nodes, without the login node"
-        left, try_s = timed(t, "{{ __slurm_batch_unregistered }}")
+        left, try_s = role_templating.timed(t, "{{ __slurm_batch_unregistered }}")
         assert list(left) == [], left
-        once_s = 0.0
-        for task in _once_tasks():
-            start = time.perf_counter()
-            facts = {k: t.template(trust_as_template(v)) for k, v in task["ansible.builtin.set_fact"].items()}
-            once_s += time.perf_counter() - start
-            for name in names:
-                vm.set_nonpersistent_facts(name, facts)
+        once_s = role_templating.run_once_facts(ROLE / "tasks" / "start_compute.yml", t, vm, names)
         step = max(n // sample, 1)
         per_node = []
         for name in sorted({*names[::step][:sample - 1], names[-1]}):
-            ok, s = timed(templar(name), "{{ __slurm_node_registered }}")
+            ok, took = role_templating.timed(templar(name), "{{ __slurm_node_registered }}")
             assert ok is True, (name, ok)
-            per_node.append(s)
+            per_node.append(took)
         node_s = statistics.median(per_node)
         return {"list": list_s, "try": try_s, "once": once_s, "node": node_s,
                 "batch": list_s + try_s + once_s + n * node_s}
@@ -113,10 +84,7 @@ def main() -> int:
     ap.add_argument("--nodes", default="256,1024,2048")
     ap.add_argument("--sample", type=int, default=10)
     args = ap.parse_args()
-    from ansible.plugins.loader import filter_loader, init_plugin_loader
-
-    init_plugin_loader([])  # what ansible-playbook's CLI does first: the collection loader
-    filter_loader.add_directory(str(ROLE / "filter_plugins"))  # as a play of the role loads them
+    role_templating.start_ansible(ROLE)
     load = os.getloadavg()
     print(f"the slurm role's registration wait on the controller, one batch of N compute nodes all IDLE "
           f"(one node's decision: median of {args.sample})")
