@@ -30,12 +30,10 @@ changed twice (gates in ``versions.py``, each with its source):
 
 About 680 lines in one module on purpose: the classification tables, the release gates applied
 to them and the three consumers' entry points are one policy, and the PR comment and the role
-must read the same tables; split, a table and its reader could drift apart.
+must read the same tables; split, a table and its reader could drift apart, and a reviewer
+checking a class against its source should find both on one page.
 
 A change of the release itself (a package upgrade) restarts every daemon, slurmdbd first.
-
-One module of about 650 lines on purpose: the tables and the functions that apply them are one
-policy, and a reviewer checking a class against its source should find both on one page.
 
 Sources (the tables cite them by these names):
 
