@@ -6,10 +6,14 @@ Runs the real ``ansible-playbook`` (the repository's ansible.cfg, connection loc
 is contacted) on a play of ``--tasks`` tasks, each ``when: false``, over ``--hosts`` inventory
 hosts, with the strategy ``clusterforge configure`` uses (``clusterforge_linear``):
 
-* ``worker``: ``CLUSTERFORGE_CONTROLLER_SKIP=0``, Ansible's own behaviour, a forked worker per
-  host and task evaluates the ``when``;
+* ``worker``: Ansible's own behaviour (``CLUSTERFORGE_CONTROLLER_SKIP=0``,
+  ``CLUSTERFORGE_CONTROLLER_RUN=0``, ``CLUSTERFORGE_TEMPLATE_CACHE=0``): a forked worker per host
+  and task evaluates the ``when``;
 * ``controller``: the default, the controller decides the skip (clusterforge/configure/controller_skip.py);
-* ``ran``: the same tasks without the ``when`` (``debug``), for scale.
+* ``ran``: the same tasks without the ``when`` (``debug``), which the controller runs
+  (clusterforge/configure/controller_run.py). The play's tasks are one block, as a role's are,
+  so this includes what each host's copy of a task and its blocks costs (``own_copy``);
+* ``ran in workers``: the same, in a forked worker per host and task (Ansible's own), for scale.
 
 Prints the median wall-clock and CPU seconds (the process and its children, user + system) of
 ``--repeat`` runs, and the milliseconds per skipped host-task above a play of no tasks, with the
@@ -75,25 +79,27 @@ def main() -> None:
         (folder / "hosts.ini").write_text(
             "[all]\n" + "".join(f"h{i} ansible_connection=local\n" for i in range(1, args.hosts + 1))
         )
+        ansible_own = {"CLUSTERFORGE_CONTROLLER_RUN": "0", "CLUSTERFORGE_TEMPLATE_CACHE": "0"}
         cases = [
-            ("no tasks", _play(0, False), True),
-            ("worker", _play(args.tasks, True), False),
-            ("controller", _play(args.tasks, True), True),
-            ("ran", _play(args.tasks, False), True),
+            ("no tasks", _play(0, False), True, None),
+            ("worker", _play(args.tasks, True), False, ansible_own),
+            ("controller", _play(args.tasks, True), True, None),
+            ("ran", _play(args.tasks, False), True, None),
+            ("ran in workers", _play(args.tasks, False), False, ansible_own),
         ]
         figures: dict[str, tuple[float, float]] = {}
-        for name, play, skip in cases:
-            runs = [_run(folder, play, args.hosts, skip) for _ in range(args.repeat)]
+        for name, play, skip, switches in cases:
+            runs = [_run(folder, play, args.hosts, skip, switches) for _ in range(args.repeat)]
             figures[name] = (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs))
     host_tasks = args.tasks * args.hosts
     base_wall, base_cpu = figures["no tasks"]
     print(f"{args.tasks} tasks x {args.hosts} hosts, connection local, median of {args.repeat} runs")
-    print(f"  {'case':12s} {'wall s':>8s} {'CPU s':>8s} {'ms per host-task (wall / CPU)':>32s}")
+    print(f"  {'case':14s} {'wall s':>8s} {'CPU s':>8s} {'ms per host-task (wall / CPU)':>32s}")
     for name, (wall, cpu) in figures.items():
         per = "" if name == "no tasks" else (
             f"{(wall - base_wall) / host_tasks * 1000:8.1f} / {(cpu - base_cpu) / host_tasks * 1000:.1f}"
         )
-        print(f"  {name:12s} {wall:8.2f} {cpu:8.2f} {per:>32s}")
+        print(f"  {name:14s} {wall:8.2f} {cpu:8.2f} {per:>32s}")
     print(f"  machine: {os.cpu_count()} CPUs, load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
 
 

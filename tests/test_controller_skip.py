@@ -99,6 +99,12 @@ _PLAY = textwrap.dedent(
             - name: in the block, with its own when
               ansible.builtin.debug: {msg: inner}
               when: inventory_hostname == 'h1'
+        - name: a block whose ignore_errors is templated for each host
+          ignore_errors: "{{ inventory_hostname == 'h4' }}"
+          block:
+            - name: fails on h4 only, which the block ignores
+              ansible.builtin.assert:
+                that: inventory_hostname != 'h4'
         - name: include on some hosts
           ansible.builtin.include_tasks: included.yml
           when: not flag | bool
@@ -300,3 +306,58 @@ def test_an_unchecked_ansible_release_sends_every_task_to_a_worker(monkeypatch: 
     monkeypatch.setattr(ansible.release, "__version__", "2.19.14")
     monkeypatch.setenv("CLUSTERFORGE_CONTROLLER_SKIP", "0")
     assert not active()
+
+
+def test_a_controller_run_task_gets_its_own_blocks_without_their_other_tasks() -> None:
+    """controller_run.own_copy: the executor's post_validate sets templated values on the blocks
+    above a task, so each host's copy needs its own blocks; their other tasks it must not copy
+    (a plain Task.copy() duplicates the whole block for every host and task)."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.playbook.play import Play
+    from ansible.plugins.loader import init_plugin_loader
+    from ansible.vars.manager import VariableManager
+
+    from clusterforge.configure.controller_run import own_copy
+
+    init_plugin_loader([])
+    loader = DataLoader()
+    play = Play.load(
+        {
+            "hosts": "all",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "outer",
+                    "vars": {"who": "{{ inventory_hostname }}"},
+                    "block": [
+                        {
+                            "name": "inner",
+                            "when": "flag | bool",
+                            "block": [{"name": f"t{i}", "ansible.builtin.debug": {"msg": "{{ who }}"}} for i in range(5)],
+                        },
+                        {"name": "after", "ansible.builtin.debug": {"msg": "after"}},
+                    ],
+                }
+            ],
+        },
+        variable_manager=VariableManager(loader=loader),
+        loader=loader,
+    )
+    outer = next(b for b in play.compile() if b.name == "outer")
+    inner = outer.block[0]
+    assert [t.name for t in inner.block] == [f"t{i}" for i in range(5)] and inner._parent is outer
+    task = inner.block[2]
+
+    own = own_copy(task)
+
+    assert own is not task and own._uuid == task._uuid and own.name == "t2"
+    parent = own._parent
+    assert parent is not inner, "the block is shared: post_validate would set one host's values on it"
+    assert parent._parent is not outer, "the block above it is shared"
+    # the blocks' task lists still name the strategy's own tasks: none of them was copied
+    assert all(a is b for a, b in zip(parent.block, inner.block, strict=True)), "the block's tasks were copied"
+    assert all(a is b for a, b in zip(parent._parent.block, outer.block, strict=True)), "the outer block's tasks were copied"
+    assert parent.when == inner.when == ["flag | bool"]
+    assert own.get_vars()["who"] == "{{ inventory_hostname }}"  # the outer block's vars still reach it
+    parent.when = ["changed on the copy"]
+    assert inner.when == ["flag | bool"] and len(inner.block) == 5 and len(outer.block) == 2

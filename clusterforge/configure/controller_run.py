@@ -11,10 +11,9 @@ the whole controller, its copy-on-write faults and a round trip through the resu
 :func:`run_here` does for such a task in the controller what ``WorkerProcess`` does in the fork:
 the start callback, ``TaskExecutor(...).run()`` inside the task's ``TaskContext``, and the result
 through the same results queue, with the same task fields. What the fork gave for free, it does
-by copying: the executor gets its own copy of the task (``Task.copy``, Ansible's own idiom when it
-runs a loop item) and of the variables' mapping (the executor adds top-level keys such as
-``ansible_search_path`` and the loop variable to it), so nothing it changes reaches the next host
-or the strategy's own copy.
+by copying: the executor gets its own copy of the task (:func:`own_copy`) and of the variables'
+mapping (the executor adds top-level keys such as ``ansible_search_path`` and the loop variable to
+it), so nothing it changes reaches the next host or the strategy's own copy.
 
 Left to a worker, as before: any other action (including a local override of these names, which
 resolves to ``ansible.legacy``), handlers, ``delegate_to`` (the worker swaps in the delegated
@@ -69,6 +68,19 @@ def runs_here(task: Any) -> bool:
     )
 
 
+def own_copy(task: Any) -> Any:
+    """A copy of ``task`` and of the blocks it sits in, for one host's executor.
+
+    The blocks are copied, not shared: ``Task.post_validate`` templates the attributes of every
+    block above the task with this host's variables and sets them there. Their other tasks are
+    not (``exclude_tasks``, as Ansible's strategy copies a block it resumes): a plain ``copy()``
+    duplicates every task of every enclosing block, and of their blocks, so each host's copy of
+    one task cost as much as the role around it (``benchmarks/skip_cost.py``, the ``ran`` case:
+    local tasks in one block). Nothing the executor runs here reads a block's task list.
+    """
+    return task.copy(exclude_tasks=True)
+
+
 def run_here(strategy: Any, host: Any, task: Any, task_vars: dict[str, Any], play_context: Any) -> None:
     """``WorkerProcess._run`` for ``task`` on ``host``, in this process; the result is queued."""
     from ansible import plugins
@@ -78,7 +90,7 @@ def run_here(strategy: Any, host: Any, task: Any, task_vars: dict[str, Any], pla
     from clusterforge.configure.controller_skip import send_result, started_here
 
     started_here(strategy, host, task, task_vars, play_context)
-    own = task.copy()
+    own = own_copy(task)
     with _task.TaskContext(own):
         result = TaskExecutor(
             host,
