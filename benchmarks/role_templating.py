@@ -60,6 +60,14 @@ def timed(templar: Any, expr: str) -> tuple[Any, float]:
     return got, time.perf_counter() - start
 
 
+def timed_facts(templar: Any, set_fact_args: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    """A ``set_fact`` task's arguments (loaded as Ansible loads a playbook: its strings trusted as
+    templates) templated as its action does; the facts and the seconds it took."""
+    start = time.perf_counter()
+    facts = {k: templar.template(v) for k, v in set_fact_args.items()}
+    return facts, time.perf_counter() - start
+
+
 def run_once_facts(tasks_file: Path, templar: Any, vm: Any, hosts: list[str]) -> float:
     """Each ``run_once`` ``set_fact`` of ``tasks_file`` templated once and set on every host of
     ``hosts``, as the strategy does with a run-once ``set_fact``'s result; the seconds templating took."""

@@ -59,6 +59,16 @@ _LOCAL_VARS = {"ansible_connection": "local", "ansible_python_interpreter": sys.
 _H1 = {"all": {"hosts": {"h1": {}}, "vars": _LOCAL_VARS}}
 
 
+_READ_TASK = "Read the installed and held packages, the running daemons and the host name"
+_KEEP_TASK = "Keep what the host has"
+
+
+def _facts_tasks(play: dict[str, Any], *names: str) -> list[dict[str, Any]]:
+    """The Facts play's tasks of these names, in this order (the host's read, without the rest)."""
+    by_name = {t.get("name"): t for t in play["tasks"]}
+    return [by_name[n] for n in names]
+
+
 def _run_play(tmp_path: Path, play: list[dict[str, Any]], hosts: dict[str, Any],
               extra: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The real ansible-playbook, with the project's ansible.cfg, on this play and inventory."""
@@ -200,7 +210,7 @@ def test_the_facts_play_reads_the_files_the_roles_write(tmp_path: Path) -> None:
     out = tmp_path / "read.json"
     play = _facts_play()
     play["hosts"] = "h1"
-    play["tasks"] = [play["tasks"][0], play["tasks"][2], {
+    play["tasks"] = [*_facts_tasks(play, _READ_TASK, _KEEP_TASK), {
         "name": "Write what the roles will read",
         "ansible.builtin.copy": {"dest": str(out), "mode": "0600", "content": "{{ clusterforge_file_states | to_json }}"},
     }]
@@ -378,7 +388,7 @@ def test_the_facts_play_reads_the_slurm_daemons_releases(tmp_path: Path) -> None
     out = tmp_path / "read.json"
     play = _facts_play()
     play["hosts"] = "h1"
-    play["tasks"] = [play["tasks"][0], play["tasks"][2], {
+    play["tasks"] = [*_facts_tasks(play, _READ_TASK, _KEEP_TASK), {
         "name": "Write what the roles will read",
         "ansible.builtin.copy": {"dest": str(out), "mode": "0600",
                                  "content": "{{ {'releases': clusterforge_daemon_releases,"
