@@ -22,6 +22,11 @@ that this machine has installed (a skip, as on a configured node). The read keep
 same names as a list (what it kept before) are timed beside it. ansible-core 2.19 hands a template
 a list as a lazy container that templates each item it yields, so ``in`` over a list walks every
 entry; over a mapping it is one key lookup.
+
+Last, the slurm role's read of slurmdbd's version (``__slurm_dbd_package_read``, taken from
+``roles/slurm/vars/main.yml``): a key lookup, each key of the read valued with its version, beside
+the match over every key that it replaced. The package looked up is one this machine has
+(``slurmdbd`` when it is installed, else the first of the common role's five).
 """
 
 from __future__ import annotations
@@ -121,6 +126,22 @@ def main() -> int:
             assert templar.template(check) is False, "the check must skip: every name is installed"
             when[form] = _median_ms(lambda t=templar: t.template(check), max(args.calls // 10, 5))
 
+        # slurmdbd's version: the role's own expression, and the match over every key it replaced
+        slurm_vars = yaml.safe_load((REPO / "roles" / "slurm" / "vars" / "main.yml").read_text())
+        package = "slurmdbd" if "slurmdbd" in read["installed"] else common[0]
+        matched = ("{{ (clusterforge_installed_packages | default([]))"
+                   " | select('match', '^' ~ (__slurm_dbd_package | regex_escape) ~ '=')"
+                   " | map('regex_replace', '^[^=]*=', '') | first | default('') }}")
+        version: dict[str, float] = {}
+        vm.set_nonpersistent_facts("h1", {"clusterforge_installed_packages": read["installed"]})
+        templar = Templar(loader=loader, variables={**vm.get_vars(host=host), "__slurm_dbd_package": package})
+        for form, expr in (("a match over every key", matched), ("the key's value (the role's)",
+                                                                 slurm_vars["__slurm_dbd_package_read"])):
+            trusted = trust_as_template(expr.strip())
+            got = templar.template(trusted)
+            assert got == read["installed"][package], (form, got)
+            version[form] = _median_ms(lambda t=templar, e=trusted: t.template(e), max(args.calls // 10, 5))
+
     packages = facts["packages"]
     assert isinstance(packages, dict)
     print(f"VariableManager.get_vars for one host, median of {args.calls} calls (this machine's packages)")
@@ -130,6 +151,9 @@ def main() -> int:
     print(f"an install's skip: its `when` over {len(common)} installed names ({', '.join(common)}), median")
     for form, ms in when.items():
         print(f"  installed packages as {form:<8} ({len(read['installed'])} entries)   {ms:7.3f} ms")
+    print(f"slurmdbd's version ({package} {read['installed'][package]}) from the read, median")
+    for form, ms in version.items():
+        print(f"  {form:<40} {ms:7.3f} ms")
     print(f"  machine: {os.cpu_count()} CPUs, load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
     return 0
 

@@ -100,12 +100,13 @@ def test_the_facts_play_reads_what_dpkg_says_is_installed_and_held(tmp_path: Pat
     p = _run_play(tmp_path, [play], _H1, env={"DPKG_ADMINDIR": str(admin)})
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     read = json.loads(out.read_text())
-    # installed: each by name and by name=version, as keys (a membership test is one lookup); not
-    # the removed, half-installed or absent ones
-    assert isinstance(read["installed"], dict) and set(read["installed"].values()) == {True}
-    assert sorted(read["installed"]) == sorted([
-        "python3-apt", "python3-apt=2.6.0", "munge", "munge=0.5.15-2", "slurmd", "slurmd=24.11.5-1",
-        "libnccl2", "libnccl2=2.21.5-1+cuda12.4"])
+    # installed: each by name and by name=version, as keys (a membership test is one lookup), each
+    # valued with its version (the slurm role reads slurmdbd's so); not the removed,
+    # half-installed or absent ones
+    assert read["installed"] == {
+        "python3-apt": "2.6.0", "python3-apt=2.6.0": "2.6.0", "munge": "0.5.15-2",
+        "munge=0.5.15-2": "0.5.15-2", "slurmd": "24.11.5-1", "slurmd=24.11.5-1": "24.11.5-1",
+        "libnccl2": "2.21.5-1+cuda12.4", "libnccl2=2.21.5-1+cuda12.4": "2.21.5-1+cuda12.4"}
     # held: dpkg's selection of what it lists (dpkg-query leaves purged packages out, so a hold
     # there is set again by the role, which changes nothing)
     assert sorted(read["held"]) == ["libnccl2", "slurmd"]
@@ -415,6 +416,16 @@ def test_the_site_read_names_the_daemons_the_slurm_role_asks() -> None:
     assert "__slurm_releases_known" in task["loop"]
 
 
+def _installed(*packages: str) -> dict[str, str]:
+    """The Facts play's ``installed`` for these ``name=version`` packages: both forms as keys,
+    each valued with the version (the shape the read test above checks)."""
+    out: dict[str, str] = {}
+    for p in packages:
+        name, version = p.split("=", 1)
+        out |= {name: version, p: version}
+    return out
+
+
 def _slurm_release_host(daemons: list[str], **host_vars: Any) -> dict[str, Any]:
     groups = {"slurmctld": "slurm_controller", "slurmd": "slurm_compute", "slurmdbd": "slurm_dbd"}
     return {"groups": [groups[d] for d in daemons], "vars": {
@@ -432,13 +443,13 @@ def test_the_slurm_role_asks_only_the_daemons_the_facts_play_did_not_read(tmp_pa
         "rerun": (_slurm_release_host(
             ["slurmctld", "slurmdbd"], __slurm_pkg_result={"skipped": True},
             clusterforge_daemon_releases={"slurmctld": ctld},
-            clusterforge_installed_packages=["slurmdbd", "slurmdbd=24.11.5-4+deb13u1", "slurmdbd-x=1"]),
+            clusterforge_installed_packages=_installed("slurmdbd=24.11.5-4+deb13u1", "slurmdbd-x=1")),
             [], {"slurmctld": "slurm 24.11.5", "slurmdbd": "24.11.5-4+deb13u1"}),
         # this run installed: everything is asked again
         "installed": (_slurm_release_host(
             ["slurmctld", "slurmdbd"], __slurm_pkg_result={"changed": True},
             clusterforge_daemon_releases={"slurmctld": ctld},
-            clusterforge_installed_packages=["slurmdbd=24.11.5-4+deb13u1"]), ["slurmctld", "slurmdbd"], {}),
+            clusterforge_installed_packages=_installed("slurmdbd=24.11.5-4+deb13u1")), ["slurmctld", "slurmdbd"], {}),
         # check mode's install that could not find a new source's packages
         "failed": (_slurm_release_host(
             ["slurmd"], __slurm_pkg_result={"failed": True},
@@ -452,7 +463,7 @@ def test_the_slurm_role_asks_only_the_daemons_the_facts_play_did_not_read(tmp_pa
             ["slurmdbd"], __slurm_pkg_result={"skipped": True},
             clusterforge_slurm_package_repo={"packaging": "schedmd"},
             clusterforge_daemon_releases={"slurmctld": ctld},
-            clusterforge_installed_packages=["slurmdbd=22.05.8-4", "slurm-smd-slurmdbd=24.11.5-1"]),
+            clusterforge_installed_packages=_installed("slurmdbd=22.05.8-4", "slurm-smd-slurmdbd=24.11.5-1")),
             [], {"slurmdbd": "24.11.5-1"}),
         # slurmd failed in the Facts play's read (not in it): asked again
         "unread": (_slurm_release_host(["slurmd"], __slurm_pkg_result={"skipped": True},
