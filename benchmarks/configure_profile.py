@@ -124,6 +124,27 @@ def ran_by_action(artifacts: Path) -> Counter[str]:
     return ran
 
 
+# what a strategy does in the controller, with no module on the host: an include hands it tasks
+_NO_HOST = frozenset({"include_tasks", "include_role", "import_tasks", "import_role", "meta"})
+
+
+def ran_on_hosts(artifacts: Path) -> dict[str, int]:
+    """Per host, the results that ran a module there: not skips, not the tasks the controller runs
+    itself (``LOCAL_ACTIONS``), not includes. A loop's items count one each."""
+    ran: dict[str, int] = defaultdict(int)
+    for ev in load_events(artifacts):
+        kind = ev.get("event", "")
+        data = ev.get("event_data") or {}
+        action = str(data.get("resolved_action") or data.get("task_action"))
+        if action in LOCAL_ACTIONS or action.removeprefix("ansible.builtin.") in _NO_HOST:
+            continue
+        looped = bool((data.get("res") or {}).get("results"))
+        if kind in ("runner_item_on_ok", "runner_item_on_failed") or (
+                kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable") and not looped):
+            ran[str(data.get("host", ""))] += 1
+    return dict(ran)
+
+
 def role_totals(tasks: list[Task]) -> dict[str, float]:
     out: dict[str, float] = defaultdict(float)
     for t in tasks:
@@ -152,6 +173,9 @@ def main() -> int:
     print(f"host results that ran: {sum(ran.values())}, of which {here} need no host "
           f"({', '.join(sorted(a.removeprefix('ansible.builtin.') for a in LOCAL_ACTIONS))}: "
           "the controller runs them, controller_run.py)")
+    on_hosts = ran_on_hosts(args.artifacts)
+    print("module runs on each host (no skip, no include, none of those): "
+          + ", ".join(f"{h} {n}" for h, n in sorted(on_hosts.items(), key=lambda kv: (-kv[1], kv[0]))))
     first = role_totals(tasks)
     other: dict[str, float] = {}
     other_total = 0.0

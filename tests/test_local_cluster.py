@@ -800,7 +800,7 @@ def test_a_configure_repairs_a_stopped_daemon_a_disabled_one_a_released_hold_and
     the roles write). What an operator undid by hand is not done, so the next configure does it
     again, on that node alone: a file with a line added, one with another mode, the cluster's
     block in /etc/hosts with another address, the munge key owned by root. And on gpu-001 the GPU
-    roles' files and folders: lines added, other modes, a folder removed."""
+    roles' files and folders: lines added, other modes, a folder removed; on ctl, MariaDB stopped."""
     lc, _ = cluster
     gpu_state = f"sha256sum {' '.join(GPU_HAND_EDITED)}; stat -c '%n %U %G %a %F' {' '.join(GPU_HAND_EDITED + GPU_FOLDERS)}"
     gpu_before = sh(lc, "gpu-001", gpu_state)
@@ -810,6 +810,7 @@ def test_a_configure_repairs_a_stopped_daemon_a_disabled_one_a_released_hold_and
                       " && chmod 0600 /etc/apt/preferences.d/clusterforge-nvidia-driver /etc/nccl.conf"
                       f" && chmod 0700 /etc/apt/keyrings {GPU_DROPIN} && rm -rf /run/dcgm-job-mapping")
     assert lc.on("gpu-001", gpu_state).stdout != gpu_before  # (the removed folder fails the stat)
+    sh(lc, "ctl", "systemctl stop mariadb")  # slurmdbd's database (the slurm role's start skips a running one)
     sh(lc, "cpu-001", "systemctl stop munge && systemctl disable --quiet prometheus-node-exporter"
                       " && apt-mark unhold slurmd && printf '# by hand\\nrenamed\\n' > /etc/hostname")
     files_before = sh(lc, "cpu-001", f"sha256sum {' '.join(HAND_EDITED)}; stat -c '%n %U %a' {' '.join(HAND_EDITED)}")
@@ -831,7 +832,10 @@ def test_a_configure_repairs_a_stopped_daemon_a_disabled_one_a_released_hold_and
     # no line), and munge's restart for its key, which also starts the munge stopped by hand
     # on gpu-001: the six files and three folders, and dcgm-exporter's restart for its drop-in and
     # counters (the package index refresh a changed repository or pin asks for reports no change)
-    assert per_host == {h: {"cpu-001": 9, "gpu-001": 10}.get(h, 0) for h in NODES}, changed
+    # on ctl: MariaDB started again
+    assert per_host == {h: {"cpu-001": 9, "gpu-001": 10, "ctl": 1}.get(h, 0) for h in NODES}, changed
+    assert "ctl: changed Start MariaDB (systemd)" in changed, changed
+    assert sh(lc, "ctl", "systemctl is-active mariadb").strip() == "active"
     for task in ("Create the apt keyring folder", "Add NVIDIA's CUDA repository", "Pin the driver branch",
                  "Put the toolkit on PATH", "Install the rendered NCCL configuration and job environment",
                  "Install the rendered counters file", "Make the job mapping folder",

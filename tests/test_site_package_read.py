@@ -157,9 +157,12 @@ def test_every_role_install_skips_what_dpkg_has_and_every_hold_what_is_held() ->
 # (slurm does: a layout change stops slurmd, so its starts skip on a read that knows of that stop,
 # __slurm_service_running, checked by the last two tests of this file)
 _STARTS = {"monitoring": "daemons.yml", "nvidia_driver": "daemons.yml", "dcgm": "main.yml", "munge": "main.yml"}
+# and a daemon of a role that stops another: the slurm role's MariaDB (it stops only slurmd)
+_STARTS_OF = {("slurm", "mariadb.yml"): "mariadb"}
 
 
 def test_starts_leave_out_units_that_were_running_only_in_roles_that_never_stop_them() -> None:
+    starts_of = set()
     for f in sorted((ROOT / "roles").glob("*/tasks/*.yml")):
         role = f.parts[-3]
         for t in _tasks(f):
@@ -169,10 +172,18 @@ def test_starts_leave_out_units_that_were_running_only_in_roles_that_never_stop_
             reads = "clusterforge_active_units" in str(t.get("loop", "")) + _when(t)
             if svc.get("state") in ("stopped",) or svc.get("enabled") is False:
                 assert role not in _STARTS, f"{f}: {t['name']} stops or disables a daemon"
+                assert svc.get("name") not in _STARTS_OF.values(), f"{f}: {t['name']} stops or disables it"
             if role in _STARTS and f.name == _STARTS[role] and svc.get("state") == "started":
                 assert reads, f"{f}: {t['name']}"
+            elif (role, f.name) in _STARTS_OF and svc.get("name") == _STARTS_OF[role, f.name]:
+                assert svc.get("state") == "started" and reads, f"{f}: {t['name']}"
+                starts_of.add((role, f.name))
             elif role not in _STARTS:
                 assert not reads, f"{f}: {t['name']} skips on a read from before the run"
+    assert starts_of == set(_STARTS_OF)
+    # nothing else stops MariaDB either: no handler, no command
+    for f in sorted((ROOT / "roles").glob("*/*/*.yml")):
+        assert not re.search(r"(stop|disable)\S* +mariadb|mariadb.*state: stopped", f.read_text()), f
 
 
 @pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="needs ansible-core")
@@ -240,6 +251,7 @@ _WRITES = {
     "common": ("kernel.yml", ["Set resource limits for RDMA and MPI jobs", "Write kernel settings"]),
     "munge": ("key.yml", ["Install the cluster key"]),
     "slurm": ("packages.yml", ["Pin the Slurm packages to release {{ __slurm_family }}"]),
+    "slurm_mariadb": ("mariadb.yml", ["Configure MariaDB for slurmdbd"]),
     "nvidia_driver": ("repo.yml", ["Create the apt keyring folder", "Add NVIDIA's CUDA repository",
                                    "Pin the driver branch"]),
     "cuda": ("main.yml", ["Put the toolkit on PATH"]),
@@ -256,13 +268,14 @@ def test_the_files_site_reads_are_the_ones_the_roles_write_and_skip_on() -> None
     slurm = yaml.safe_load((ROOT / "roles" / "slurm" / "defaults" / "main.yml").read_text())
     pin_default = re.search(r"default\('([^']+)'\)", next(p for p in read if "slurm_apt_preferences_file" in p))
     assert pin_default and pin_default.group(1) == slurm["slurm_apt_preferences_file"]
+    slurm_vars = yaml.safe_load((ROOT / "roles" / "slurm" / "vars" / "main.yml").read_text())
     for path in (common["__common_limits_file"], common["__common_sysctl_file"], "/etc/hosts",
-                 munge["__munge_key_path"]):
+                 munge["__munge_key_path"], slurm_vars["__slurm_mariadb_cnf_file"]):
         assert path in read, path
     hosts_entry = next(f for f in play["vars"]["__site_read_files"] if f["path"] == "/etc/hosts")
     assert [m.replace("| default('') ", "") for m in hosts_entry["block"]] == common["__common_hosts_markers"]
     for role, (name, tasks) in {**_WRITES, "common_hosts": ("hosts.yml", ["Write the cluster hosts into /etc/hosts"])}.items():
-        folder = "common" if role == "common_hosts" else role
+        folder = {"common_hosts": "common", "slurm_mariadb": "slurm"}.get(role, role)
         by_name = {t.get("name"): t for t in _tasks(ROOT / "roles" / folder / "tasks" / name)}
         for task in tasks:
             assert re.search(r"not __\w+_as_wanted", _when(by_name[task])), f"{folder}/{name}: {task}"
@@ -597,3 +610,55 @@ def test_the_prepare_play_and_the_config_tasks_read_the_same_paths() -> None:
     # the role's only package install registers what the rule reads
     installs = [t for t in _tasks(ROOT / "roles" / "slurm" / "tasks" / "packages.yml") if "ansible.builtin.apt" in t]
     assert [t.get("register") for t in installs if t["name"].startswith("Install the Slurm packages")] == ["__slurm_pkg_result"]
+
+
+@pytest.mark.skipif(shutil.which("ansible-playbook") is None or os.geteuid() != 0,
+                    reason="needs ansible-core and root (the file is root's, as on the controller)")
+def test_the_mariadb_settings_write_is_skipped_for_the_bytes_the_copy_wrote(tmp_path: Path) -> None:
+    """``__slurm_mariadb_cnf_as_wanted`` from the slurm role's vars, under the real
+    ansible-playbook: the role's own copy task writes the settings file (loopback-only, and over
+    TCP with a datadir on the state volume), the Facts play's read of the files reads it, and the
+    write is then found done. A line added by hand, another mode or another bind address is not."""
+    read_py = _facts_play()["vars"]["__site_read_files_py"]
+    copy = next(t for t in _tasks(ROOT / "roles" / "slurm" / "tasks" / "mariadb.yml")
+                if t["name"] == "Configure MariaDB for slurmdbd")
+    cnf = str(tmp_path / "{{ inventory_hostname }}.cnf")
+    state_py = [sys.executable, "-c", read_py, json.dumps([cnf]), "[]"]
+
+    def read_then_judge(label: str) -> list[dict[str, Any]]:
+        return [
+            {"name": f"Read ({label})", "ansible.builtin.command": {"argv": state_py}, "register": "__read",
+             "changed_when": False},
+            {"name": f"Judge ({label})", "ansible.builtin.copy": {
+                "dest": str(tmp_path / f"{{{{ inventory_hostname }}}}-{label}.json"), "mode": "0600",
+                "content": "{{ __slurm_mariadb_cnf_as_wanted | bool | to_json }}"},
+             "vars": {"clusterforge_file_states": "{{ (__read.stdout | from_json).files }}"}},
+        ]
+
+    tasks = [
+        {"name": "Role defaults", "ansible.builtin.include_vars": {"file": str(ROOT / "roles" / "slurm" / "defaults" / "main.yml")}},
+        {"name": "Role vars", "ansible.builtin.include_vars": {"file": str(ROOT / "roles" / "slurm" / "vars" / "main.yml")}},
+        # what the manifest's layout gives (a set_fact outranks include_vars), and a file of the test's
+        {"name": "This host's layout", "ansible.builtin.set_fact": {
+            "__slurm_mariadb_cnf_file": cnf, "__slurm_mariadb_datadir": "{{ datadir }}",
+            "__slurm_dbd_storage_host": "{{ storage_host }}"}},
+        {"name": "The role's write", "ansible.builtin.copy": copy["ansible.builtin.copy"]},
+        *read_then_judge("written"),
+        {"name": "By hand: a line", "ansible.builtin.shell": f"echo '# by hand' >> {cnf}", "when": "inventory_hostname == 'local'"},
+        {"name": "By hand: a mode", "ansible.builtin.file": {"path": cnf, "mode": "0600"}, "when": "inventory_hostname == 'tcp'"},
+        *read_then_judge("edited"),
+    ]
+    hosts = {"all": {"vars": _LOCAL_VARS, "hosts": {
+        "local": {"datadir": "", "storage_host": "localhost"},
+        "tcp": {"datadir": "/var/lib/clusterforge/state/mysql", "storage_host": "ctl", "ansible_host": "10.0.0.10"},
+    }}}
+    p = _run_play(tmp_path, [{"hosts": "all", "gather_facts": False, "tasks": tasks}], hosts)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    got = {(h, label): json.loads((tmp_path / f"{h}-{label}.json").read_text())
+           for h in ("local", "tcp") for label in ("written", "edited")}
+    assert got == {("local", "written"): True, ("tcp", "written"): True,
+                   ("local", "edited"): False, ("tcp", "edited"): False}
+    # what was written is the settings file the role means, for each host
+    local, tcp = (tmp_path / "local.cnf").read_text(), (tmp_path / "tcp.cnf").read_text()
+    assert "[mysqld]\n" in local and "bind-address = 127.0.0.1\n" in local and "datadir" not in local
+    assert "bind-address = 10.0.0.10\n" in tcp and "datadir = /var/lib/clusterforge/state/mysql\n" in tcp

@@ -1,0 +1,97 @@
+"""An idempotent re-run of this checkout against one of an earlier commit, in alternating pairs (root).
+
+    python3 benchmarks/rerun_pairs.py --state DIR [--base REV] [--pairs 5] [--strategy mitogen]
+
+On a local cluster that is up (``clusterforge local up SPEC --state DIR``), runs ``clusterforge
+local up SPEC --state DIR`` (the idempotent re-run of ``site.yml``) from this checkout and from a
+git worktree of ``--base`` (default ``HEAD``: this checkout's uncommitted change against its
+commit), alternately, ``--pairs`` times each; the first of a pair swaps sides each time, so neither
+side always runs after the other. The spec is the one the cluster was brought up from, the same
+file for both sides, so only the playbooks, roles and Python differ.
+
+Prints each run's configure seconds (what ``configure`` reports, ``successful in``), the host
+changes it reported (a re-run that changes anything is not what is being compared, and is flagged),
+the 1-minute load average before it, and each side's median. A single re-run on this 2-core machine
+varies by a second or more, so compare medians, and only under similar load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+_DONE = re.compile(r"successful in ([0-9.]+) s: (.*)$", re.M)
+
+
+def load1() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def rerun(tree: Path, spec: Path, state: Path) -> tuple[float, int, str]:
+    """(configure seconds, host changes, the run's last lines) of one re-run from ``tree``."""
+    # `python3 -m` from the tree puts that tree's clusterforge first on sys.path (before an
+    # editable install's finder), and the playbooks are found beside the package
+    p = subprocess.run([sys.executable, "-m", "clusterforge.cli", "local", "up", str(spec), "--state", str(state)],
+                       cwd=tree, capture_output=True, text=True, timeout=1800, check=False)
+    m = _DONE.search(p.stdout + p.stderr)
+    if p.returncode != 0 or not m:
+        raise SystemExit(f"re-run from {tree} failed (rc {p.returncode}):\n{(p.stdout + p.stderr)[-2000:]}")
+    changed = sum(int(n) for n in re.findall(r"changed=(\d+)", m.group(2)))
+    return float(m.group(1)), changed, m.group(2)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--state", type=Path, required=True, help="state folder of the running local cluster")
+    ap.add_argument("--base", default="HEAD", help="the commit to compare this checkout with (default HEAD)")
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--strategy", choices=("linear", "mitogen"), default=None,
+                    help="Ansible strategy of both sides (CLUSTERFORGE_ANSIBLE_STRATEGY; default linear)")
+    args = ap.parse_args()
+    if args.strategy:
+        os.environ["CLUSTERFORGE_ANSIBLE_STRATEGY"] = args.strategy
+    from clusterforge.local import LocalCluster
+
+    lc = LocalCluster(args.state)
+    if not lc.is_up():
+        print(f"rerun_pairs: no local cluster is up from {args.state}: bring one up first "
+              "(clusterforge local up SPEC --state DIR)", file=sys.stderr)
+        return 2
+    spec = Path(lc.layout().source)  # `local up` of a running cluster takes only the spec it was made from
+    work = Path(tempfile.mkdtemp(prefix="cf-rerun-pairs-"))
+    base = work / "base"
+    try:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(base), args.base], check=True)
+        rev = subprocess.run(["git", "-C", str(base), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        print(f"spec {spec}, state {args.state}, base {args.base} ({rev}), {args.pairs} pairs, "
+              f"strategy {os.environ.get('CLUSTERFORGE_ANSIBLE_STRATEGY', 'linear')}, {os.cpu_count()} CPUs", flush=True)
+        seconds: dict[str, list[float]] = {"this checkout": [], f"base {rev}": []}
+        sides = {"this checkout": ROOT, f"base {rev}": base}
+        for i in range(args.pairs):
+            order = list(sides) if i % 2 == 0 else list(sides)[::-1]
+            for side in order:
+                before = load1()
+                s, changed, _ = rerun(sides[side], spec, args.state)
+                seconds[side].append(s)
+                flag = "" if changed == 0 else "   (changed something: not an idempotent re-run)"
+                print(f"  pair {i + 1}  {side:<16} {s:6.1f} s  changed={changed}  load {before:.2f}{flag}", flush=True)
+        for side, vals in seconds.items():
+            print(f"{side:<18} median {statistics.median(vals):6.1f} s  (runs {min(vals):.1f}-{max(vals):.1f} s)")
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], check=False)
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
