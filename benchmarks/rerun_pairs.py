@@ -29,11 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from local_cluster import load1  # noqa: E402  (this folder is the script's, first on sys.path)
+
 _DONE = re.compile(r"successful in ([0-9.]+) s: (.*)$", re.M)
-
-
-def load1() -> float:
-    return float(Path("/proc/loadavg").read_text().split()[0])
 
 
 def rerun(tree: Path, spec: Path, state: Path) -> tuple[float, int, str]:
