@@ -193,10 +193,10 @@ def test_inventory_hands_the_repo_to_the_role() -> None:
 
 
 def _pin_text(family: str, packages: list[str]) -> str:
+    """The role's pin text (``__slurm_pin_text``), printed by Jinja as Ansible prints a variable."""
     env = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-    env.filters["comment"] = lambda s: "#\n# " + s + "\n#"
-    tpl = env.from_string((ROLE / "templates" / "clusterforge-slurm.pref.j2").read_text())
-    return tpl.render(ansible_managed="Ansible managed", __slurm_family=family, __slurm_pin_packages=packages)
+    tpl = env.from_string(yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__slurm_pin_text"])
+    return tpl.render(__slurm_family=family, __slurm_pin_packages=packages)
 
 
 def test_pin_file_text() -> None:
@@ -250,8 +250,11 @@ def test_real_apt_installs_only_the_pinned_family(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-core is not installed")
 def test_role_names_the_packages_of_the_repos_packaging(tmp_path: Path) -> None:
-    """The role's own vars (roles/slurm/vars/main.yml) and template, rendered by ansible-playbook for
-    a controller+compute host without a repository and one with a SchedMD-packaged repository."""
+    """The role's own vars (roles/slurm/vars/main.yml) and pin task, run by ansible-playbook for a
+    controller+compute host without a repository and one with a SchedMD-packaged repository."""
+    pin_task = next(t for t in yaml.safe_load((ROLE / "tasks" / "packages.yml").read_text())
+                    if t["name"].startswith("Pin the Slurm packages"))
+    assert pin_task["ansible.builtin.copy"]["dest"] == "{{ slurm_apt_preferences_file }}"
     pins = {h: tmp_path / f"{h}.pref" for h in ("debian", "schedmd")}
     system_pin = Path(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())["slurm_apt_preferences_file"])
     existed = system_pin.exists()
@@ -274,9 +277,7 @@ def test_role_names_the_packages_of_the_repos_packaging(tmp_path: Path) -> None:
         "name": "Pin", "hosts": "all", "gather_facts": False,
         "tasks": [
             {"name": "Role vars", "ansible.builtin.include_vars": str(ROLE / "vars" / "main.yml")},
-            {"name": "Pin file", "ansible.builtin.template": {
-                "src": str(ROLE / "templates" / "clusterforge-slurm.pref.j2"), "dest": "{{ slurm_apt_preferences_file }}",
-                "mode": "0644"}},
+            {"name": "Pin file", "ansible.builtin.copy": {**pin_task["ansible.builtin.copy"], "owner": None, "group": None}},
             {"name": "Names", "ansible.builtin.debug": {"msg": "{{ {'install': __slurm_pkgs, 'hold': __slurm_hold_pkgs} | to_json }}"}},
         ],
     }], sort_keys=False))

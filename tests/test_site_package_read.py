@@ -662,3 +662,97 @@ def test_the_mariadb_settings_write_is_skipped_for_the_bytes_the_copy_wrote(tmp_
     local, tcp = (tmp_path / "local.cnf").read_text(), (tmp_path / "tcp.cnf").read_text()
     assert "[mysqld]\n" in local and "bind-address = 127.0.0.1\n" in local and "datadir" not in local
     assert "bind-address = 10.0.0.10\n" in tcp and "datadir = /var/lib/clusterforge/state/mysql\n" in tcp
+
+
+# what the template module wrote before these files' texts became role variables (a host's files as
+# configured then, with the roles' defaults and Slurm 24.11): the copies must keep them byte for byte
+_LIMITS_BEFORE = """#
+# Ansible managed
+#
+# RDMA pins (registers) memory: memlock must be unlimited for EFA/InfiniBand/NCCL jobs.
+* - memlock unlimited
+* - nofile 1048576
+* - stack unlimited
+"""
+_SYSCTL_BEFORE = """#
+# Ansible managed
+#
+kernel.numa_balancing = 0
+net.core.rmem_max = 67108864
+net.core.somaxconn = 4096
+net.core.wmem_max = 67108864
+net.ipv4.neigh.default.gc_thresh1 = 8192
+net.ipv4.neigh.default.gc_thresh2 = 32768
+net.ipv4.neigh.default.gc_thresh3 = 65536
+net.ipv4.tcp_max_syn_backlog = 8192
+vm.max_map_count = 1048576
+"""
+_PIN_BEFORE = """#
+# Ansible managed
+#
+# Slurm 24.11 only (slurm.version of the spec): the first record gives every version of
+# the family priority 1001 (installed even when that is a downgrade), the second makes every other
+# version uninstallable (-1), so neither an upgrade nor a fresh install brings another family.
+# apt_preferences(5): the first specific-form record that matches a package version decides.
+Package: src:slurm-wlm src:slurm-smd slurmd slurm-client
+Pin: version 24.11.*
+Pin-Priority: 1001
+
+Package: src:slurm-wlm src:slurm-smd slurmd slurm-client
+Pin: version *
+Pin-Priority: -1
+"""
+
+
+@pytest.mark.skipif(shutil.which("ansible-playbook") is None or os.geteuid() != 0,
+                    reason="needs ansible-core and root (the files are root's, as on the nodes)")
+def test_the_limits_sysctl_and_pin_writes_keep_their_bytes_and_skip_on_the_read(tmp_path: Path) -> None:
+    """The common role's limits and kernel settings and the slurm role's apt pin, under the real
+    ansible-playbook: each role's own copy task writes its text (a role variable, no template file),
+    which is what the template module wrote before, byte for byte. The Facts play's read of the
+    files then finds each write done (``__*_as_wanted``); a line added by hand or another mode is
+    not."""
+    read_py = _facts_play()["vars"]["__site_read_files_py"]
+    kernel = {t["name"]: t for t in _tasks(ROOT / "roles" / "common" / "tasks" / "kernel.yml")}
+    pin = next(t for t in _tasks(ROOT / "roles" / "slurm" / "tasks" / "packages.yml")
+               if t["name"].startswith("Pin the Slurm packages"))
+    writes = {  # file: (the role's copy task, the variable that judges it, the path variable it writes)
+        "limits": (kernel["Set resource limits for RDMA and MPI jobs"], "__common_limits_as_wanted", "__common_limits_file"),
+        "sysctl": (kernel["Write kernel settings"], "__common_sysctl_as_wanted", "__common_sysctl_file"),
+        "pin": (pin, "__slurm_pin_as_wanted", "slurm_apt_preferences_file"),
+    }
+    paths = {name: str(tmp_path / f"{name}.conf") for name in writes}
+    state_py = [sys.executable, "-c", read_py, json.dumps(list(paths.values())), "[]"]
+
+    def read_then_judge(label: str) -> list[dict[str, Any]]:
+        return [
+            {"name": f"Read ({label})", "ansible.builtin.command": {"argv": state_py}, "register": "__read",
+             "changed_when": False},
+            {"name": f"Judge ({label})", "ansible.builtin.copy": {
+                "dest": str(tmp_path / f"{label}.json"), "mode": "0600",
+                "content": "{{ {" + ", ".join(f"'{n}': {v} | bool" for n, (_, v, _p) in writes.items()) + "} | to_json }}"},
+             "vars": {"clusterforge_file_states": "{{ (__read.stdout | from_json).files }}"}},
+        ]
+
+    role_files = [ROOT / "roles" / r / k / "main.yml" for r in ("common", "slurm") for k in ("defaults", "vars")]
+    tasks = [
+        *({"name": f"Role {f.parent.parent.name} {f.parent.name}", "ansible.builtin.include_vars": {"file": str(f)}}
+          for f in role_files),
+        # the test's paths (a set_fact outranks include_vars)
+        {"name": "The test's paths", "ansible.builtin.set_fact": {var: paths[n] for n, (_, _v, var) in writes.items()}},
+        *({"name": f"The role's write ({n})", "ansible.builtin.copy": task["ansible.builtin.copy"]}
+          for n, (task, _v, _p) in writes.items()),
+        *read_then_judge("written"),
+        {"name": "By hand: a line", "ansible.builtin.shell": f"echo '# by hand' >> {paths['sysctl']}"},
+        {"name": "By hand: a mode", "ansible.builtin.file": {"path": paths["pin"], "mode": "0600"}},
+        *read_then_judge("edited"),
+    ]
+    hosts = {"all": {"vars": {**_LOCAL_VARS, "clusterforge_slurm_version": "24.11"},
+                     "children": {"slurm_compute": {"hosts": {"h1": {}}}}}}
+    p = _run_play(tmp_path, [{"hosts": "all", "gather_facts": False, "tasks": tasks}], hosts)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    assert json.loads((tmp_path / "written.json").read_text()) == {"limits": True, "sysctl": True, "pin": True}
+    assert json.loads((tmp_path / "edited.json").read_text()) == {"limits": True, "sysctl": False, "pin": False}
+    assert Path(paths["limits"]).read_text() == _LIMITS_BEFORE
+    assert Path(paths["sysctl"]).read_text() == _SYSCTL_BEFORE + "# by hand\n"
+    assert Path(paths["pin"]).read_text() == _PIN_BEFORE
