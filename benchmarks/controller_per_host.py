@@ -1,0 +1,184 @@
+"""Where the controller's one thread spends an idempotent re-run, per host (root).
+
+    python3 benchmarks/controller_per_host.py --state DIR [--strategy mitogen]
+
+What is left of "configure grows with hosts" is work that ansible-playbook's main thread does for
+each host and task, one host after another: on a real cluster the hosts run their modules side by
+side, but this thread does not. This measures it in a real re-run.
+
+On a local cluster that is up (``clusterforge local up SPEC --state DIR``), runs the idempotent
+re-run (``clusterforge local up`` of the cluster's own spec) once, with a ``sitecustomize`` module
+on ``PYTHONPATH`` that times, inside the ``ansible-playbook`` process only (not its workers):
+
+* the strategy's ``_queue_task`` for each host and task (``clusterforge/configure/controller_skip.py``),
+  split by what it did: a skip decided in the controller (``skip_result``: the host's variables,
+  the play context and the ``when``), a task run in the controller (``controller_run.run_here``),
+  or a task queued to a forked worker (the rest: the skip check that found the task runs, and the
+  fork);
+* ``VariableManager.get_vars`` (the strategy asks it for each host and task first);
+* ``TaskQueueManager.send_callback`` (the callbacks: ansible-runner's events), which runs inside
+  the queueing above and the results processing below, and at each task's start;
+* the strategy's ``_process_pending_results`` (the results, the callbacks on them, registered
+  variables), which the thread runs between queueing.
+
+Prints the run's configure seconds, each piece's total and its milliseconds per host, and the
+tasks that cost the most per host, with the load average before and after. The wrappers add a few
+microseconds per call; the figures are of this one run on a 2-core machine that also runs every
+node, so compare the shares and the per-host figures across cluster sizes, not the seconds alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from local_cluster import load1  # noqa: E402  (this folder is the script's, first on sys.path)
+
+OUT_ENV = "CLUSTERFORGE_BENCH_CONTROLLER_OUT"
+
+# Loaded by every Python that starts with this on PYTHONPATH; it acts only in ansible-playbook's own
+# process (its forked workers inherit the wrappers but never write: the pid check at exit).
+SITECUSTOMIZE = r'''
+import os, sys
+if os.environ.get("@ENV@") and os.path.basename(sys.argv[0] if sys.argv else "") == "ansible-playbook":
+    import atexit, json, time
+    from ansible.executor import task_queue_manager as _tqm
+    from ansible.plugins import strategy as _strategy
+    from ansible.vars import manager as _vm
+    from clusterforge.configure import controller_run as _run, controller_skip as _skip
+
+    _totals = {}   # (piece, task name) -> [calls, seconds, hosts]
+    _now = time.perf_counter
+
+    def _add(piece, name, took, host=None):
+        entry = _totals.setdefault((piece, name), [0, 0.0, set()])
+        entry[0] += 1
+        entry[1] += took
+        if host is not None:
+            entry[2].add(host)
+
+    def _wrap(owner, attr, piece_of):
+        inner = getattr(owner, attr)
+        def timed(*args, **kwargs):
+            start = _now()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                _add(*piece_of(args, kwargs), _now() - start)
+        setattr(owner, attr, timed)
+
+    _state = {}
+    def _skip_result(*args, **kwargs):
+        result = _skip_inner(*args, **kwargs)
+        _state["skipped"] = result is not None
+        return result
+    _skip_inner = _skip.skip_result
+    _skip.skip_result = _skip_result
+
+    _run_inner = _run.run_here
+    def _run_here(*args, **kwargs):
+        _state["ran_here"] = True
+        return _run_inner(*args, **kwargs)
+    _run.run_here = _run_here
+
+    _queue_inner = _skip.ControllerSkipMixin._queue_task
+    def _queue_task(self, host, task, task_vars, play_context):
+        _state.clear()
+        start = _now()
+        try:
+            return _queue_inner(self, host, task, task_vars, play_context)
+        finally:
+            took = _now() - start
+            piece = ("skip decided in the controller" if _state.get("skipped")
+                     else "run in the controller" if _state.get("ran_here") else "queued to a worker")
+            _add(piece, task.get_name(), took, host.name)
+    _skip.ControllerSkipMixin._queue_task = _queue_task
+
+    _wrap(_vm.VariableManager, "get_vars", lambda a, k: ("get_vars", ""))
+    _wrap(_tqm.TaskQueueManager, "send_callback", lambda a, k: ("callbacks", a[1] if len(a) > 1 else ""))
+    _wrap(_strategy.StrategyBase, "_process_pending_results", lambda a, k: ("results processing", ""))
+
+    _pid = os.getpid()
+    def _dump():
+        if os.getpid() != _pid:
+            return
+        rows = [[p, n, c, s, sorted(h)] for (p, n), (c, s, h) in _totals.items()]
+        with open(os.environ["@ENV@"], "w") as fh:
+            json.dump(rows, fh)
+    atexit.register(_dump)
+'''.replace("@ENV@", OUT_ENV)
+
+_DONE = re.compile(r"successful in ([0-9.]+) s: (.*)$", re.M)
+QUEUE_PIECES = ("skip decided in the controller", "run in the controller", "queued to a worker")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--state", type=Path, required=True, help="state folder of the running local cluster")
+    ap.add_argument("--strategy", choices=("linear", "mitogen"), default=None,
+                    help="Ansible strategy (CLUSTERFORGE_ANSIBLE_STRATEGY; default linear)")
+    ap.add_argument("--top", type=int, default=12, help="tasks to list by their cost per host")
+    args = ap.parse_args()
+    from clusterforge.local import LocalCluster
+
+    lc = LocalCluster(args.state)
+    if not lc.is_up():
+        print(f"controller_per_host: no local cluster is up from {args.state}: bring one up first "
+              "(clusterforge local up SPEC --state DIR)", file=sys.stderr)
+        return 2
+    spec = Path(lc.layout().source)
+    with tempfile.TemporaryDirectory(prefix="cf-controller-per-host-") as tmp:
+        (Path(tmp) / "sitecustomize.py").write_text(SITECUSTOMIZE)
+        out = Path(tmp) / "totals.json"
+        env = {**os.environ, OUT_ENV: str(out),
+               "PYTHONPATH": os.pathsep.join([tmp, str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        if args.strategy:
+            env["CLUSTERFORGE_ANSIBLE_STRATEGY"] = args.strategy
+        before = load1()
+        p = subprocess.run([sys.executable, "-m", "clusterforge.cli", "local", "up", str(spec), "--state", str(args.state)],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
+        after = load1()
+        m = _DONE.search(p.stdout + p.stderr)
+        if p.returncode != 0 or not m:
+            raise SystemExit(f"the re-run failed (rc {p.returncode}):\n{(p.stdout + p.stderr)[-2000:]}")
+        if not out.exists():
+            raise SystemExit("ansible-playbook wrote no timings: was sitecustomize loaded (PYTHONPATH)?")
+        rows = json.loads(out.read_text())
+    changed = sum(int(n) for n in re.findall(r"changed=(\d+)", m.group(2)))
+    # the cluster's hosts (the inventory check's play runs on localhost: its time counts, not as a host)
+    hosts = sorted({h for *_, hs in rows for h in hs} - {"localhost"})
+    n = len(hosts)
+    totals: dict[str, float] = collections.Counter()
+    calls: dict[str, int] = collections.Counter()
+    for piece, _name, c, s, _hosts in rows:
+        totals[piece] += s
+        calls[piece] += c
+    print(f"spec {spec}: {n} hosts, strategy {env.get('CLUSTERFORGE_ANSIBLE_STRATEGY', 'linear')}; "
+          f"configure {float(m.group(1)):.1f} s, changed={changed}" + ("" if changed == 0 else "  (not an idempotent re-run)"))
+    print("ansible-playbook's main thread               total s   per host ms   calls")
+    for piece in (*QUEUE_PIECES, "get_vars", "callbacks", "results processing"):
+        print(f"  {piece:<42} {totals[piece]:7.2f}   {totals[piece] / n * 1000:11.1f}   {calls[piece]:5d}")
+    queued = sum(totals[p] for p in QUEUE_PIECES)
+    print(f"  {'queueing, all three (_queue_task)':<42} {queued:7.2f}   {queued / n * 1000:11.1f}   "
+          f"{sum(calls[p] for p in QUEUE_PIECES):5d}")
+    print("  (the callbacks run inside queueing, results processing and the task starts, and get_vars"
+          " also inside\n   templates that read hostvars: those rows overlap the others)")
+    print("the tasks whose queueing cost the most per host (ms per host, the hosts it was queued on, how):")
+    tasks = sorted((r for r in rows if r[0] in QUEUE_PIECES), key=lambda r: -r[3] / max(len(r[4]), 1))
+    for piece, name, _c, s, hs in tasks[: args.top]:
+        print(f"  {s / len(hs) * 1000:6.1f}  {len(hs):3d}  {piece:<31} {name[:80]}")
+    print(f"machine: {os.cpu_count()} CPUs, load average {before:.2f} before, {after:.2f} after")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
