@@ -15,14 +15,16 @@ on ``PYTHONPATH`` that times, inside the ``ansible-playbook`` process only (not 
   the play context and the ``when``), a task run in the controller (``controller_run.run_here``),
   or a task queued to a forked worker (the rest: the skip check that found the task runs, and the
   fork);
+* the fork of each worker (``WorkerProcess.start``), part of a handoff to a worker;
 * ``VariableManager.get_vars`` (the strategy asks it for each host and task first);
 * ``TaskQueueManager.send_callback`` (the callbacks: ansible-runner's events), which runs inside
   the queueing above and the results processing below, and at each task's start;
 * the strategy's ``_process_pending_results`` (the results, the callbacks on them, registered
   variables), which the thread runs between queueing.
 
-Prints the run's configure seconds, each piece's total and its milliseconds per host, and the
-tasks that cost the most per host, with the load average before and after. The wrappers add a few
+Prints the run's configure seconds, each piece's total and its milliseconds per host,
+``ansible-playbook``'s peak resident memory, and the tasks that cost the most per host, with the
+load average before and after. The wrappers add a few
 microseconds per call; the figures are of this one run on a 2-core machine that also runs every
 node, so compare the shares and the per-host figures across cluster sizes, not the seconds alone.
 """
@@ -103,6 +105,8 @@ if os.environ.get("@ENV@") and os.path.basename(sys.argv[0] if sys.argv else "")
             _add(piece, task.get_name(), took, host.name)
     _skip.ControllerSkipMixin._queue_task = _queue_task
 
+    from ansible.executor.process import worker as _worker
+    _wrap(_worker.WorkerProcess, "start", lambda a, k: ("fork of a worker", ""))
     _wrap(_vm.VariableManager, "get_vars", lambda a, k: ("get_vars", ""))
     _wrap(_tqm.TaskQueueManager, "send_callback", lambda a, k: ("callbacks", a[1] if len(a) > 1 else ""))
     _wrap(_strategy.StrategyBase, "_process_pending_results", lambda a, k: ("results processing", ""))
@@ -112,6 +116,8 @@ if os.environ.get("@ENV@") and os.path.basename(sys.argv[0] if sys.argv else "")
         if os.getpid() != _pid:
             return
         rows = [[p, n, c, s, sorted(h)] for (p, n), (c, s, h) in _totals.items()]
+        import resource
+        rows.append(["peak RSS MiB", "", 1, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, []])
         with open(os.environ["@ENV@"], "w") as fh:
             json.dump(rows, fh)
     atexit.register(_dump)
@@ -165,13 +171,14 @@ def main() -> int:
     print(f"spec {spec}: {n} hosts, strategy {env.get('CLUSTERFORGE_ANSIBLE_STRATEGY', 'linear')}; "
           f"configure {float(m.group(1)):.1f} s, changed={changed}" + ("" if changed == 0 else "  (not an idempotent re-run)"))
     print("ansible-playbook's main thread               total s   per host ms   calls")
-    for piece in (*QUEUE_PIECES, "get_vars", "callbacks", "results processing"):
+    for piece in (*QUEUE_PIECES, "fork of a worker", "get_vars", "callbacks", "results processing"):
         print(f"  {piece:<42} {totals[piece]:7.2f}   {totals[piece] / n * 1000:11.1f}   {calls[piece]:5d}")
     queued = sum(totals[p] for p in QUEUE_PIECES)
     print(f"  {'queueing, all three (_queue_task)':<42} {queued:7.2f}   {queued / n * 1000:11.1f}   "
           f"{sum(calls[p] for p in QUEUE_PIECES):5d}")
-    print("  (the callbacks run inside queueing, results processing and the task starts, and get_vars"
-          " also inside\n   templates that read hostvars: those rows overlap the others)")
+    print("  (the forks are part of a handoff to a worker; the callbacks run inside queueing, results processing"
+          " and the\n   task starts, and get_vars also inside templates that read hostvars: those rows overlap the others)")
+    print(f"  ansible-playbook's peak RSS: {totals['peak RSS MiB']:.0f} MiB (a fork copies its page tables)")
     print("the tasks whose queueing cost the most per host (ms per host, the hosts it was queued on, how):")
     tasks = sorted((r for r in rows if r[0] in QUEUE_PIECES), key=lambda r: -r[3] / max(len(r[4]), 1))
     for piece, name, _c, s, hs in tasks[: args.top]:
