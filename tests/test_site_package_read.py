@@ -612,6 +612,17 @@ def test_the_prepare_play_and_the_config_tasks_read_the_same_paths() -> None:
     assert [t.get("register") for t in installs if t["name"].startswith("Install the Slurm packages")] == ["__slurm_pkg_result"]
 
 
+def _read_then_judge(state_py: list[str], dest: Path, content: str, label: str) -> list[dict[str, Any]]:
+    """Two tasks: the Facts play's read of the files (``state_py``), then ``content`` (a template of
+    the roles' comparisons) written to ``dest`` with that read as ``clusterforge_file_states``."""
+    return [
+        {"name": f"Read ({label})", "ansible.builtin.command": {"argv": state_py}, "register": "__read",
+         "changed_when": False},
+        {"name": f"Judge ({label})", "ansible.builtin.copy": {"dest": str(dest), "mode": "0600", "content": content},
+         "vars": {"clusterforge_file_states": "{{ (__read.stdout | from_json).files }}"}},
+    ]
+
+
 @pytest.mark.skipif(shutil.which("ansible-playbook") is None or os.geteuid() != 0,
                     reason="needs ansible-core and root (the file is root's, as on the controller)")
 def test_the_mariadb_settings_write_is_skipped_for_the_bytes_the_copy_wrote(tmp_path: Path) -> None:
@@ -626,14 +637,8 @@ def test_the_mariadb_settings_write_is_skipped_for_the_bytes_the_copy_wrote(tmp_
     state_py = [sys.executable, "-c", read_py, json.dumps([cnf]), "[]"]
 
     def read_then_judge(label: str) -> list[dict[str, Any]]:
-        return [
-            {"name": f"Read ({label})", "ansible.builtin.command": {"argv": state_py}, "register": "__read",
-             "changed_when": False},
-            {"name": f"Judge ({label})", "ansible.builtin.copy": {
-                "dest": str(tmp_path / f"{{{{ inventory_hostname }}}}-{label}.json"), "mode": "0600",
-                "content": "{{ __slurm_mariadb_cnf_as_wanted | bool | to_json }}"},
-             "vars": {"clusterforge_file_states": "{{ (__read.stdout | from_json).files }}"}},
-        ]
+        return _read_then_judge(state_py, tmp_path / f"{{{{ inventory_hostname }}}}-{label}.json",
+                                "{{ __slurm_mariadb_cnf_as_wanted | bool | to_json }}", label)
 
     tasks = [
         {"name": "Role defaults", "ansible.builtin.include_vars": {"file": str(ROOT / "roles" / "slurm" / "defaults" / "main.yml")}},
@@ -724,15 +729,10 @@ def test_the_limits_sysctl_and_pin_writes_keep_their_bytes_and_skip_on_the_read(
     paths = {name: str(tmp_path / f"{name}.conf") for name in writes}
     state_py = [sys.executable, "-c", read_py, json.dumps(list(paths.values())), "[]"]
 
+    judged = "{{ {" + ", ".join(f"'{n}': {v} | bool" for n, (_, v, _p) in writes.items()) + "} | to_json }}"
+
     def read_then_judge(label: str) -> list[dict[str, Any]]:
-        return [
-            {"name": f"Read ({label})", "ansible.builtin.command": {"argv": state_py}, "register": "__read",
-             "changed_when": False},
-            {"name": f"Judge ({label})", "ansible.builtin.copy": {
-                "dest": str(tmp_path / f"{label}.json"), "mode": "0600",
-                "content": "{{ {" + ", ".join(f"'{n}': {v} | bool" for n, (_, v, _p) in writes.items()) + "} | to_json }}"},
-             "vars": {"clusterforge_file_states": "{{ (__read.stdout | from_json).files }}"}},
-        ]
+        return _read_then_judge(state_py, tmp_path / f"{label}.json", judged, label)
 
     role_files = [ROOT / "roles" / r / k / "main.yml" for r in ("common", "slurm") for k in ("defaults", "vars")]
     tasks = [
