@@ -22,7 +22,7 @@ on ``PYTHONPATH`` that times, inside the ``ansible-playbook`` process only (not 
 * the strategy's ``_process_pending_results`` (the results, the callbacks on them, registered
   variables), which the thread runs between queueing.
 
-Prints the run's configure seconds, each piece's total and its milliseconds per host,
+Prints the run's configure seconds, each piece's total and its milliseconds per host and per call,
 ``ansible-playbook``'s peak resident memory, and the tasks that cost the most per host, with the
 load average before and after. The wrappers add a few
 microseconds per call; the figures are of this one run on a 2-core machine that also runs every
@@ -35,8 +35,6 @@ import argparse
 import collections
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -44,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from local_cluster import load1  # noqa: E402  (this folder is the script's, first on sys.path)
+from rerun_pairs import rerun  # noqa: E402
 
 OUT_ENV = "CLUSTERFORGE_BENCH_CONTROLLER_OUT"
 
@@ -123,7 +122,6 @@ if os.environ.get("@ENV@") and os.path.basename(sys.argv[0] if sys.argv else "")
     atexit.register(_dump)
 '''.replace("@ENV@", OUT_ENV)
 
-_DONE = re.compile(r"successful in ([0-9.]+) s: (.*)$", re.M)
 QUEUE_PIECES = ("skip decided in the controller", "run in the controller", "queued to a worker")
 
 
@@ -150,16 +148,11 @@ def main() -> int:
         if args.strategy:
             env["CLUSTERFORGE_ANSIBLE_STRATEGY"] = args.strategy
         before = load1()
-        p = subprocess.run([sys.executable, "-m", "clusterforge.cli", "local", "up", str(spec), "--state", str(args.state)],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
+        seconds, changed, _ = rerun(ROOT, spec, args.state, env)
         after = load1()
-        m = _DONE.search(p.stdout + p.stderr)
-        if p.returncode != 0 or not m:
-            raise SystemExit(f"the re-run failed (rc {p.returncode}):\n{(p.stdout + p.stderr)[-2000:]}")
         if not out.exists():
             raise SystemExit("ansible-playbook wrote no timings: was sitecustomize loaded (PYTHONPATH)?")
         rows = json.loads(out.read_text())
-    changed = sum(int(n) for n in re.findall(r"changed=(\d+)", m.group(2)))
     # the cluster's hosts (the inventory check's play runs on localhost: its time counts, not as a host)
     hosts = sorted({h for *_, hs in rows for h in hs} - {"localhost"})
     n = len(hosts)
@@ -169,13 +162,14 @@ def main() -> int:
         totals[piece] += s
         calls[piece] += c
     print(f"spec {spec}: {n} hosts, strategy {env.get('CLUSTERFORGE_ANSIBLE_STRATEGY', 'linear')}; "
-          f"configure {float(m.group(1)):.1f} s, changed={changed}" + ("" if changed == 0 else "  (not an idempotent re-run)"))
-    print("ansible-playbook's main thread               total s   per host ms   calls")
+          f"configure {seconds:.1f} s, changed={changed}" + ("" if changed == 0 else "  (not an idempotent re-run)"))
+    print("ansible-playbook's main thread               total s   per host ms   calls   per call ms")
     for piece in (*QUEUE_PIECES, "fork of a worker", "get_vars", "callbacks", "results processing"):
-        print(f"  {piece:<42} {totals[piece]:7.2f}   {totals[piece] / n * 1000:11.1f}   {calls[piece]:5d}")
-    queued = sum(totals[p] for p in QUEUE_PIECES)
+        print(f"  {piece:<42} {totals[piece]:7.2f}   {totals[piece] / n * 1000:11.1f}   {calls[piece]:5d}"
+              f"   {totals[piece] / max(calls[piece], 1) * 1000:11.2f}")
+    queued, queued_calls = sum(totals[p] for p in QUEUE_PIECES), sum(calls[p] for p in QUEUE_PIECES)
     print(f"  {'queueing, all three (_queue_task)':<42} {queued:7.2f}   {queued / n * 1000:11.1f}   "
-          f"{sum(calls[p] for p in QUEUE_PIECES):5d}")
+          f"{queued_calls:5d}   {queued / max(queued_calls, 1) * 1000:11.2f}")
     print("  (the forks are part of a handoff to a worker; the callbacks run inside queueing, results processing"
           " and the\n   task starts, and get_vars also inside templates that read hostvars: those rows overlap the others)")
     print(f"  ansible-playbook's peak RSS: {totals['peak RSS MiB']:.0f} MiB (a fork copies its page tables)")

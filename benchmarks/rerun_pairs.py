@@ -34,12 +34,13 @@ from local_cluster import load1  # noqa: E402  (this folder is the script's, fir
 _DONE = re.compile(r"successful in ([0-9.]+) s: (.*)$", re.M)
 
 
-def rerun(tree: Path, spec: Path, state: Path) -> tuple[float, int, str]:
-    """(configure seconds, host changes, the run's last lines) of one re-run from ``tree``."""
+def rerun(tree: Path, spec: Path, state: Path, env: dict[str, str] | None = None) -> tuple[float, int, str]:
+    """(configure seconds, host changes, the run's last lines) of one re-run from ``tree``, with
+    ``env`` (default: this process's environment)."""
     # `python3 -m` from the tree puts that tree's clusterforge first on sys.path (before an
     # editable install's finder), and the playbooks are found beside the package
     p = subprocess.run([sys.executable, "-m", "clusterforge.cli", "local", "up", str(spec), "--state", str(state)],
-                       cwd=tree, capture_output=True, text=True, timeout=1800, check=False)
+                       cwd=tree, env=env, capture_output=True, text=True, timeout=1800, check=False)
     m = _DONE.search(p.stdout + p.stderr)
     if p.returncode != 0 or not m:
         raise SystemExit(f"re-run from {tree} failed (rc {p.returncode}):\n{(p.stdout + p.stderr)[-2000:]}")
