@@ -15,16 +15,23 @@ on ``PYTHONPATH`` that times, inside the ``ansible-playbook`` process only (not 
   the play context and the ``when``), a task run in the controller (``controller_run.run_here``),
   or a task queued to a forked worker (the rest: the skip check that found the task runs, and the
   fork);
-* the fork of each worker (``WorkerProcess.start``), part of a handoff to a worker;
+* the fork of each worker (``WorkerProcess.start``), part of a handoff to a worker, and inside it
+  multiprocessing's start within ansible-core's display lock, and ``os.fork`` itself;
 * ``VariableManager.get_vars`` (the strategy asks it for each host and task first);
 * ``TaskQueueManager.send_callback`` (the callbacks: ansible-runner's events), which runs inside
   the queueing above and the results processing below, and at each task's start;
 * the strategy's ``_process_pending_results`` (the results, the callbacks on them, registered
   variables), which the thread runs between queueing.
 
-Prints the run's configure seconds, each piece's total and its milliseconds per host and per call,
-``ansible-playbook``'s peak resident memory, and the tasks that cost the most per host, with the
-load average before and after. The wrappers add a few
+Each piece is timed twice: its wall time and the main thread's own CPU time in it
+(``time.thread_time``). Where the wall is longer, the thread was waiting: for one of the machine's
+CPUs, which the nodes, the forked workers and ansible-runner use too, for the GIL or for a lock.
+
+Prints the run's configure seconds, each piece's totals and its milliseconds per host and per call
+(wall and CPU), ``ansible-playbook``'s peak resident memory, the CPU of the whole re-run (the
+machine's busy time from ``/proc/stat`` against what its CPUs could give, the main thread's CPU
+against its wall, the process's and its reaped workers'), the tasks that cost the most per host
+and the callbacks by event, with the load average before and after. The wrappers add a few
 microseconds per call; the figures are of this one run on a 2-core machine that also runs every
 node, so compare the shares and the per-host figures across cluster sizes, not the seconds alone.
 """
@@ -37,6 +44,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,24 +65,26 @@ if os.environ.get("@ENV@") and os.path.basename(sys.argv[0] if sys.argv else "")
     from ansible.vars import manager as _vm
     from clusterforge.configure import controller_run as _run, controller_skip as _skip
 
-    _totals = {}   # (piece, task name) -> [calls, seconds, hosts]
+    _totals = {}   # (piece, task name) -> [calls, seconds, CPU seconds of this thread, hosts]
     _now = time.perf_counter
+    _cpu = time.thread_time   # the calling thread's own CPU: the wall less the waits for a CPU or a lock
 
-    def _add(piece, name, took, host=None):
-        entry = _totals.setdefault((piece, name), [0, 0.0, set()])
+    def _add(piece, name, took, cpu, host=None):
+        entry = _totals.setdefault((piece, name), [0, 0.0, 0.0, set()])
         entry[0] += 1
         entry[1] += took
+        entry[2] += cpu
         if host is not None:
-            entry[2].add(host)
+            entry[3].add(host)
 
     def _wrap(owner, attr, piece_of):
         inner = getattr(owner, attr)
         def timed(*args, **kwargs):
-            start = _now()
+            start, start_cpu = _now(), _cpu()
             try:
                 return inner(*args, **kwargs)
             finally:
-                _add(*piece_of(args, kwargs), _now() - start)
+                _add(*piece_of(args, kwargs), _now() - start, _cpu() - start_cpu)
         setattr(owner, attr, timed)
 
     _state = {}
@@ -94,35 +104,55 @@ if os.environ.get("@ENV@") and os.path.basename(sys.argv[0] if sys.argv else "")
     _queue_inner = _skip.ControllerSkipMixin._queue_task
     def _queue_task(self, host, task, task_vars, play_context):
         _state.clear()
-        start = _now()
+        start, start_cpu = _now(), _cpu()
         try:
             return _queue_inner(self, host, task, task_vars, play_context)
         finally:
-            took = _now() - start
+            took, cpu = _now() - start, _cpu() - start_cpu
             piece = ("skip decided in the controller" if _state.get("skipped")
                      else "run in the controller" if _state.get("ran_here") else "queued to a worker")
-            _add(piece, task.get_name(), took, host.name)
+            _add(piece, task.get_name(), took, cpu, host.name)
     _skip.ControllerSkipMixin._queue_task = _queue_task
 
     from ansible.executor.process import worker as _worker
     _wrap(_worker.WorkerProcess, "start", lambda a, k: ("fork of a worker", ""))
+    # inside it: ansible-core takes the display lock around the start (worker.py), then
+    # multiprocessing's fork start method calls os.fork (popen_fork.py looks it up at each call)
+    import multiprocessing.process as _mp_process
+    _wrap(_mp_process.BaseProcess, "start", lambda a, k: ("  the start inside the display lock", ""))
+    _wrap(os, "fork", lambda a, k: ("  os.fork itself", ""))
     _wrap(_vm.VariableManager, "get_vars", lambda a, k: ("get_vars", ""))
     _wrap(_tqm.TaskQueueManager, "send_callback", lambda a, k: ("callbacks", a[1] if len(a) > 1 else ""))
     _wrap(_strategy.StrategyBase, "_process_pending_results", lambda a, k: ("results processing", ""))
 
     _pid = os.getpid()
+    _born = _now()
     def _dump():
         if os.getpid() != _pid:
             return
-        rows = [[p, n, c, s, sorted(h)] for (p, n), (c, s, h) in _totals.items()]
+        rows = [[p, n, c, s, cpu, sorted(h)] for (p, n), (c, s, cpu, h) in _totals.items()]
         import resource
-        rows.append(["peak RSS MiB", "", 1, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, []])
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        rows.append(["peak RSS MiB", "", 1, me.ru_maxrss / 1024, 0.0, []])
+        # atexit runs in the main thread: its CPU since the start, against the process's wall
+        rows.append(["main thread", "", 1, _now() - _born, _cpu(), []])
+        rows.append(["process, all threads", "", 1, 0.0, me.ru_utime + me.ru_stime, []])
+        rows.append(["reaped children", "", 1, 0.0, kids.ru_utime + kids.ru_stime, []])
         with open(os.environ["@ENV@"], "w") as fh:
             json.dump(rows, fh)
     atexit.register(_dump)
 '''.replace("@ENV@", OUT_ENV)
 
 QUEUE_PIECES = ("skip decided in the controller", "run in the controller", "queued to a worker")
+FORK_PIECES = ("fork of a worker", "  the start inside the display lock", "  os.fork itself")
+
+
+def machine_busy() -> float:
+    """Seconds of CPU the whole machine has spent busy since boot (``/proc/stat``'s first line:
+    everything but idle and iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    ticks = sum(fields[:8]) - fields[3] - fields[4]
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:
@@ -148,7 +178,9 @@ def main() -> int:
         if args.strategy:
             env["CLUSTERFORGE_ANSIBLE_STRATEGY"] = args.strategy
         before = load1()
+        busy_before, started = machine_busy(), time.monotonic()
         seconds, changed, _ = rerun(ROOT, spec, args.state, env)
+        busy, wall = machine_busy() - busy_before, time.monotonic() - started
         after = load1()
         if not out.exists():
             raise SystemExit("ansible-playbook wrote no timings: was sitecustomize loaded (PYTHONPATH)?")
@@ -157,26 +189,47 @@ def main() -> int:
     hosts = sorted({h for *_, hs in rows for h in hs} - {"localhost"})
     n = len(hosts)
     totals: dict[str, float] = collections.Counter()
+    cpus: dict[str, float] = collections.Counter()
     calls: dict[str, int] = collections.Counter()
-    for piece, _name, c, s, _hosts in rows:
+    for piece, _name, c, s, cpu, _hosts in rows:
         totals[piece] += s
+        cpus[piece] += cpu
         calls[piece] += c
     print(f"spec {spec}: {n} hosts, strategy {env.get('CLUSTERFORGE_ANSIBLE_STRATEGY', 'linear')}; "
           f"configure {seconds:.1f} s, changed={changed}" + ("" if changed == 0 else "  (not an idempotent re-run)"))
-    print("ansible-playbook's main thread               total s   per host ms   calls   per call ms")
-    for piece in (*QUEUE_PIECES, "fork of a worker", "get_vars", "callbacks", "results processing"):
-        print(f"  {piece:<42} {totals[piece]:7.2f}   {totals[piece] / n * 1000:11.1f}   {calls[piece]:5d}"
-              f"   {totals[piece] / max(calls[piece], 1) * 1000:11.2f}")
-    queued, queued_calls = sum(totals[p] for p in QUEUE_PIECES), sum(calls[p] for p in QUEUE_PIECES)
-    print(f"  {'queueing, all three (_queue_task)':<42} {queued:7.2f}   {queued / n * 1000:11.1f}   "
-          f"{queued_calls:5d}   {queued / max(queued_calls, 1) * 1000:11.2f}")
-    print("  (the forks are part of a handoff to a worker; the callbacks run inside queueing, results processing"
-          " and the\n   task starts, and get_vars also inside templates that read hostvars: those rows overlap the others)")
+    print("ansible-playbook's main thread        total s  CPU s   per host ms  CPU ms   calls  per call ms  CPU ms")
+
+    def line(label: str, wall: float, cpu: float, count: int) -> None:
+        print(f"  {label:<34} {wall:7.2f} {cpu:6.2f}   {wall / n * 1000:11.1f} {cpu / n * 1000:7.1f}   {count:5d}"
+              f"  {wall / max(count, 1) * 1000:11.2f} {cpu / max(count, 1) * 1000:7.2f}")
+
+    for piece in (*QUEUE_PIECES, *FORK_PIECES, "get_vars", "callbacks", "results processing"):
+        line(piece, totals[piece], cpus[piece], calls[piece])
+    line("queueing, all three (_queue_task)", sum(totals[p] for p in QUEUE_PIECES),
+         sum(cpus[p] for p in QUEUE_PIECES), sum(calls[p] for p in QUEUE_PIECES))
+    print("  (CPU is the main thread's own CPU time in the piece; the rest of its wall is waiting: for a CPU that the\n"
+          "   nodes, the workers and ansible-runner also use on this machine, for the GIL or for a lock.\n"
+          "   The forks are part of a handoff to a worker, and the two indented rows part of the fork; the callbacks run\n"
+          "   inside queueing, results processing and the task starts, and get_vars also inside templates that read\n"
+          "   hostvars: those rows overlap the others)")
     print(f"  ansible-playbook's peak RSS: {totals['peak RSS MiB']:.0f} MiB (a fork copies its page tables)")
+    cores = os.cpu_count() or 1
+    print(f"CPU of the whole re-run command ({wall:.1f} s, {cores} CPUs: {cores * wall:.1f} CPU s to use):")
+    print(f"  the machine busy (/proc/stat)            {busy:7.2f} s  {busy / (cores * wall) * 100:5.1f} % of its CPUs"
+          "  (the nodes, the workers, ansible-runner, this command)")
+    print(f"  ansible-playbook's main thread           {cpus['main thread']:7.2f} s  "
+          f"{cpus['main thread'] / max(totals['main thread'], 1e-9) * 100:5.1f} % of its own "
+          f"{totals['main thread']:.1f} s of wall")
+    print(f"  ansible-playbook, all its threads        {cpus['process, all threads']:7.2f} s")
+    print(f"  its workers and helpers, reaped          {cpus['reaped children']:7.2f} s")
     print("the tasks whose queueing cost the most per host (ms per host, the hosts it was queued on, how):")
-    tasks = sorted((r for r in rows if r[0] in QUEUE_PIECES), key=lambda r: -r[3] / max(len(r[4]), 1))
-    for piece, name, _c, s, hs in tasks[: args.top]:
+    tasks = sorted((r for r in rows if r[0] in QUEUE_PIECES), key=lambda r: -r[3] / max(len(r[5]), 1))
+    for piece, name, _c, s, _cpu, hs in tasks[: args.top]:
         print(f"  {s / len(hs) * 1000:6.1f}  {len(hs):3d}  {piece:<31} {name[:80]}")
+    print("the callbacks by event (total s, CPU s, calls, ms per call):")
+    events = sorted((r for r in rows if r[0] == "callbacks"), key=lambda r: -r[3])
+    for _piece, name, c, s, cpu, _hs in events[: args.top]:
+        print(f"  {s:6.2f} {cpu:6.2f}  {c:5d}  {s / max(c, 1) * 1000:6.2f}  {name}")
     print(f"machine: {os.cpu_count()} CPUs, load average {before:.2f} before, {after:.2f} after")
     return 0
 
