@@ -50,7 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from local_cluster import load1  # noqa: E402  (this folder is the script's, first on sys.path)
-from rerun_pairs import rerun  # noqa: E402
+from rerun_pairs import rerun, running_spec  # noqa: E402
 
 OUT_ENV = "CLUSTERFORGE_BENCH_CONTROLLER_OUT"
 
@@ -162,14 +162,7 @@ def main() -> int:
                     help="Ansible strategy (CLUSTERFORGE_ANSIBLE_STRATEGY; default linear)")
     ap.add_argument("--top", type=int, default=12, help="tasks to list by their cost per host")
     args = ap.parse_args()
-    from clusterforge.local import LocalCluster
-
-    lc = LocalCluster(args.state)
-    if not lc.is_up():
-        print(f"controller_per_host: no local cluster is up from {args.state}: bring one up first "
-              "(clusterforge local up SPEC --state DIR)", file=sys.stderr)
-        return 2
-    spec = Path(lc.layout().source)
+    spec = running_spec(args.state, "controller_per_host")
     with tempfile.TemporaryDirectory(prefix="cf-controller-per-host-") as tmp:
         (Path(tmp) / "sitecustomize.py").write_text(SITECUSTOMIZE)
         out = Path(tmp) / "totals.json"

@@ -34,7 +34,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from local_cluster import load1  # noqa: E402  (this folder is the script's, first on sys.path)
-from rerun_pairs import rerun  # noqa: E402
+from rerun_pairs import rerun, running_spec  # noqa: E402
 
 PLAYS_ENV = "CLUSTERFORGE_BENCH_FREE_PLAYS"
 RAN_ENV = "CLUSTERFORGE_BENCH_FREE_RAN"
@@ -121,14 +121,7 @@ def main() -> int:
     if problems:
         print("free_strategy: these plays cannot run free:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 2
-    from clusterforge.local import LocalCluster
-
-    lc = LocalCluster(args.state)
-    if not lc.is_up():
-        print(f"free_strategy: no local cluster is up from {args.state}: bring one up first "
-              "(clusterforge local up SPEC --state DIR)", file=sys.stderr)
-        return 2
-    spec = Path(lc.layout().source)
+    spec = running_spec(args.state, "free_strategy")
     times: dict[str, list[float]] = {"linear": [], "free": []}
     with tempfile.TemporaryDirectory(prefix="cf-free-strategy-") as tmp:
         (Path(tmp) / "sitecustomize.py").write_text(SITECUSTOMIZE)

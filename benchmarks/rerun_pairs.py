@@ -48,6 +48,19 @@ def rerun(tree: Path, spec: Path, state: Path, env: dict[str, str] | None = None
     return float(m.group(1)), changed, m.group(2)
 
 
+def running_spec(state: Path, who: str) -> Path:
+    """The spec the local cluster in ``state`` was brought up from (`local up` of a running cluster
+    takes only that spec); exits 2 with what to do when no cluster is up there."""
+    from clusterforge.local import LocalCluster
+
+    lc = LocalCluster(state)
+    if not lc.is_up():
+        print(f"{who}: no local cluster is up from {state}: bring one up first "
+              "(clusterforge local up SPEC --state DIR)", file=sys.stderr)
+        raise SystemExit(2)
+    return Path(lc.layout().source)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--state", type=Path, required=True, help="state folder of the running local cluster")
@@ -58,14 +71,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.strategy:
         os.environ["CLUSTERFORGE_ANSIBLE_STRATEGY"] = args.strategy
-    from clusterforge.local import LocalCluster
-
-    lc = LocalCluster(args.state)
-    if not lc.is_up():
-        print(f"rerun_pairs: no local cluster is up from {args.state}: bring one up first "
-              "(clusterforge local up SPEC --state DIR)", file=sys.stderr)
-        return 2
-    spec = Path(lc.layout().source)  # `local up` of a running cluster takes only the spec it was made from
+    spec = running_spec(args.state, "rerun_pairs")
     work = Path(tempfile.mkdtemp(prefix="cf-rerun-pairs-"))
     base = work / "base"
     try:
