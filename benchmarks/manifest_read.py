@@ -20,7 +20,15 @@ and ansible-core's own ``Templar`` over a host's ``VariableManager.get_vars``, t
 
 each without the once-read (a role run alone: the file read and parsed) and with it (site.yml's
 own task, templated once and set on the host as a run-once ``set_fact``'s result is), plus what
-the once-read itself cost. No host is contacted.
+the once-read itself cost. With the once-read, two more pairs, each the role's way before and now:
+
+* the file list as Jinja's two ``selectattr`` tests per entry, against the ``manifest_files``
+  filter ``__slurm_files`` uses now (the same list: asserted);
+* the restart policy's ``slurm_plan`` handed the parsed manifest (``__slurm_manifest``), which the
+  filter serializes again through Ansible's lazy templating, against its JSON text
+  (``__slurm_manifest_text``; the same plan: asserted).
+
+No host is contacted.
 """
 
 from __future__ import annotations
@@ -41,6 +49,12 @@ import role_templating
 REPO = Path(__file__).resolve().parents[1]
 ROLE = REPO / "roles" / "slurm"
 ONCE_TASK = "Read the render's manifest once for the play's hosts"
+# the slurm role's file list as it was written before manifest_files
+SELECTATTR = ("{{ __slurm_manifest.files | selectattr('node_groups', 'contains', clusterforge_node_group)"
+              " | selectattr('name', 'match', slurm_manifest_pattern) | list }}")
+# roles/slurm/tasks/config.yml's plan on a host whose copy of the last install is this manifest
+PLAN = ("{{{{ __slurm_manifest_text | slurm_plan({manifest}, [], host=inventory_hostname, controller=true,"
+        " compute=true, dbd=false, host_files=__slurm_files | map(attribute='name') | list) }}}}")
 
 
 def _once_task(loader: Any) -> dict[str, Any]:
@@ -90,16 +104,25 @@ def _measure(spec: Path, repeat: int) -> dict[str, Any]:
             alone = templar()
             user, user_alone = _median(alone, "{{ __slurm_user }}", repeat)
             listed, files_alone = _median(alone, "{{ __slurm_files }}", repeat)
-            # site.yml's task, as the strategy applies a run-once set_fact's result to the play's hosts
-            facts, once = role_templating.timed_facts(alone, _once_task(loader)["ansible.builtin.set_fact"])
+            # site.yml's task (with its own vars), as the strategy applies a run-once set_fact's result
+            # to the play's hosts
+            task = _once_task(loader)
+            with_task = Templar(loader=loader, variables={**role, **vm.get_vars(host=host), **task.get("vars", {})})
+            facts, once = role_templating.timed_facts(with_task, task["ansible.builtin.set_fact"])
             vm.set_nonpersistent_facts("h1", facts)
             read = templar()
             user_read, user_once = _median(read, "{{ __slurm_user }}", repeat)
             listed_read, files_once = _median(read, "{{ __slurm_files }}", repeat)
             assert user_read == user and listed_read == listed, "the once-read gives another manifest"
             assert read.template(trust_as_template("{{ clusterforge_manifest_read.path }}")) == str(manifest)
+            selected, files_jinja = _median(read, SELECTATTR, repeat)
+            assert selected == listed_read, "manifest_files gives another list than selectattr"
+            plan_data, plan_parsed = _median(read, PLAN.format(manifest="__slurm_manifest"), repeat)
+            plan_text, plan_as_text = _median(read, PLAN.format(manifest="__slurm_manifest_text"), repeat)
+            assert plan_text == plan_data, "slurm_plan plans otherwise given the manifest's text"
         return {"files": len(files), "kib": manifest.stat().st_size / 1024, "listed": len(listed),
-                "user": (user_alone, user_once), "list": (files_alone, files_once), "once": once}
+                "user": (user_alone, user_once), "list": (files_alone, files_once), "once": once,
+                "select": (files_jinja, files_once), "plan": (plan_parsed, plan_as_text)}
 
 
 def main() -> int:
@@ -112,10 +135,15 @@ def main() -> int:
     print(f"the slurm role's manifest variables on the controller, one evaluation (median of {args.repeat}):"
           " read by the template itself / from site.yml's once-read")
     print("  spec                  files    KiB   __slurm_user (ms)   __slurm_files (ms)   the once-read")
-    for spec in args.specs.split(","):
-        f = _measure(REPO / spec, args.repeat)
+    found = {spec: _measure(REPO / spec, args.repeat) for spec in args.specs.split(",")}
+    for spec, f in found.items():
         print(f"  {Path(spec).name:<20} {f['files']:6d} {f['kib']:6.0f}   {f['user'][0] * 1000:7.2f} / {f['user'][1] * 1000:5.2f}"
               f"   {f['list'][0] * 1000:8.2f} / {f['list'][1] * 1000:5.2f}   {f['once'] * 1000:9.2f} ms")
+    print("with the once-read, the role's way before / now (ms):")
+    print("  spec                  __slurm_files: selectattr / manifest_files   slurm_plan: parsed / JSON text")
+    for spec, f in found.items():
+        print(f"  {Path(spec).name:<20}                {f['select'][0] * 1000:8.2f} / {f['select'][1] * 1000:5.2f}"
+              f"                   {f['plan'][0] * 1000:6.2f} / {f['plan'][1] * 1000:5.2f}")
     print(f"  machine: {os.cpu_count()} CPUs, load average {load[0]:.2f} before, {os.getloadavg()[0]:.2f} after")
     return 0
 

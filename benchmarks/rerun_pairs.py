@@ -9,8 +9,10 @@ commit), alternately, ``--pairs`` times each; the first of a pair swaps sides ea
 side always runs after the other. The spec is the one the cluster was brought up from, the same
 file for both sides, so only the playbooks, roles and Python differ.
 
-Prints each run's configure seconds (what ``configure`` reports, ``successful in``), the host
-changes it reported (a re-run that changes anything is not what is being compared, and is flagged),
+Prints each run's configure seconds (what ``configure`` reports, ``successful in``), the CPU
+seconds of the re-run command and everything it started and waited for (``RUSAGE_CHILDREN``: the
+CLI, ``ansible-playbook`` and its workers, the connections' processes; the wait for a CPU is not
+in it, so it moves less with the machine's load than the seconds do), the host changes it reported (a re-run that changes anything is not what is being compared, and is flagged),
 the 1-minute load average before it, and each side's median. A single re-run on this 2-core machine
 varies by a second or more, so compare medians, and only under similar load.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -61,6 +64,12 @@ def running_spec(state: Path, who: str) -> Path:
     return Path(lc.layout().source)
 
 
+def _children_cpu() -> float:
+    """User and system CPU seconds of this process's waited-for children and their descendants."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--state", type=Path, required=True, help="state folder of the running local cluster")
@@ -81,17 +90,23 @@ def main() -> int:
         print(f"spec {spec}, state {args.state}, base {args.base} ({rev}), {args.pairs} pairs, "
               f"strategy {os.environ.get('CLUSTERFORGE_ANSIBLE_STRATEGY', 'linear')}, {os.cpu_count()} CPUs", flush=True)
         seconds: dict[str, list[float]] = {"this checkout": [], f"base {rev}": []}
+        cpus: dict[str, list[float]] = {side: [] for side in seconds}
         sides = {"this checkout": ROOT, f"base {rev}": base}
         for i in range(args.pairs):
             order = list(sides) if i % 2 == 0 else list(sides)[::-1]
             for side in order:
                 before = load1()
+                cpu_before = _children_cpu()
                 s, changed, _ = rerun(sides[side], spec, args.state)
+                cpu = _children_cpu() - cpu_before
                 seconds[side].append(s)
+                cpus[side].append(cpu)
                 flag = "" if changed == 0 else "   (changed something: not an idempotent re-run)"
-                print(f"  pair {i + 1}  {side:<16} {s:6.1f} s  changed={changed}  load {before:.2f}{flag}", flush=True)
+                print(f"  pair {i + 1}  {side:<16} {s:6.1f} s  CPU {cpu:6.1f} s  changed={changed}  load {before:.2f}{flag}",
+                      flush=True)
         for side, vals in seconds.items():
-            print(f"{side:<18} median {statistics.median(vals):6.1f} s  (runs {min(vals):.1f}-{max(vals):.1f} s)")
+            print(f"{side:<18} median {statistics.median(vals):6.1f} s  (runs {min(vals):.1f}-{max(vals):.1f} s)"
+                  f"   CPU median {statistics.median(cpus[side]):6.1f} s  ({min(cpus[side]):.1f}-{max(cpus[side]):.1f} s)")
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], check=False)
         shutil.rmtree(work, ignore_errors=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -190,6 +191,71 @@ def test_dirs_to_make_names_the_folders_a_node_lacks_or_has_otherwise() -> None:
             "/var/log/slurm": folder("slurm", "0700"), "/etc/slurm/prolog.d": folder("root")}
     assert mod.dirs_to_make(dirs, have) == [{"path": "/var/spool/slurmctld", "owner": "slurm"},
                                             {"path": "/var/log/slurm", "owner": "slurm"}, "/etc/slurm/epilog.d"]
+
+
+def test_manifest_files_lists_a_groups_entries_whose_name_the_pattern_matches_from_its_start() -> None:
+    mod = _files_filters()
+    files = [
+        {"name": "slurm/slurm.conf", "node_groups": ["cpu", "gpu"]},
+        {"name": "nccl/nccl.conf", "node_groups": ["gpu"]},
+        {"name": "slurm/gres.conf", "node_groups": ["gpu"]},
+        {"name": "x/slurm/y.conf", "node_groups": ["gpu"]},  # the pattern matches from the name's start only
+    ]
+    assert [e["name"] for e in mod.manifest_files(files, "gpu", "slurm/")] == ["slurm/slurm.conf", "slurm/gres.conf"]
+    assert [e["name"] for e in mod.manifest_files(files, "cpu", "^(slurm|nccl)/")] == ["slurm/slurm.conf"]
+    assert mod.manifest_files(files, "login", ".*") == []
+    assert mod.manifest_files(None, "gpu", ".*") == []
+    # the manifest's JSON text, as the roles pass it: the same entries, parsed once per text
+    text = json.dumps({"cluster": "c", "files": files})
+    got = mod.manifest_files(text, "gpu", "slurm/")
+    assert got == [files[0], files[2]]
+    got[0]["name"] = "changed by a caller"  # a copy: the next host's list is not changed
+    again = mod.manifest_files(str(text), "gpu", "slurm/")
+    assert [e["name"] for e in again] == ["slurm/slurm.conf", "slurm/gres.conf"]
+
+
+MANIFEST_PATTERNS = {  # each role's file list, as its vars file filters the manifest
+    "slurm": "slurm_manifest_pattern", "nccl": "nccl_manifest_pattern",
+    "monitoring": "monitoring_rules_manifest_pattern", "alertmanager": "monitoring_alertmanager_manifest_pattern",
+    "grafana": "monitoring_dashboards_manifest_pattern", "cloud_agents": "'^cloud/'",
+}
+
+
+@pytest.mark.parametrize("example", ["p5-training", "onprem-dgx", "hybrid", "amd-mi300x", "local"])
+def test_the_roles_file_lists_are_the_selectattr_chains_they_replaced(example: str) -> None:
+    """``__slurm_files`` and the other roles' lists were Jinja's two ``selectattr`` tests per entry;
+    they are ``manifest_files`` now. Through ansible-core's own Templar, for every node group of an
+    example's render and every role's pattern (their defaults), both give the same entries in the
+    same order; dcgm's counters file was an ``equalto`` test."""
+    pytest.importorskip("ansible")
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import filter_loader, init_plugin_loader
+    from ansible.template import Templar, trust_as_template
+
+    init_plugin_loader([])
+    filter_loader.add_directory(str(ROOT / "roles" / "slurm" / "filter_plugins"))
+    manifest = json.loads((ROOT / "tests" / "golden" / example / "manifest.json").read_text())
+    defaults: dict[str, Any] = {}
+    for role in ("slurm", "nccl", "monitoring"):
+        defaults |= yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())
+    groups = sorted({g for f in manifest["files"] for g in f["node_groups"]})
+    assert len(groups) >= 2
+    listed = 0
+    for group in groups:
+        text = (ROOT / "tests" / "golden" / example / "manifest.json").read_text()
+        templar = Templar(loader=DataLoader(), variables={**defaults, "m": manifest, "text": text, "g": group})
+        for pattern in MANIFEST_PATTERNS.values():
+            before = templar.template(trust_as_template(
+                f"{{{{ m.files | selectattr('node_groups', 'contains', g) | selectattr('name', 'match', {pattern}) | list }}}}"))
+            now = templar.template(trust_as_template(f"{{{{ m.files | manifest_files(g, {pattern}) }}}}"))
+            assert now == before, (group, pattern)
+            as_text = templar.template(trust_as_template(f"{{{{ text | manifest_files(g, {pattern}) }}}}"))
+            assert as_text == before, (group, pattern)
+            listed += len(now)
+        before = templar.template(trust_as_template(
+            "{{ m.files | selectattr('node_groups', 'contains', g) | selectattr('name', 'equalto', 'dcgm/counters.csv') | list }}"))
+        assert templar.template(trust_as_template("{{ text | manifest_files(g, '^dcgm/counters[.]csv$') }}")) == before
+    assert listed > 0
 
 
 @pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-core is not installed")

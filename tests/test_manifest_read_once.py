@@ -24,13 +24,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="needs ansible-core")
 
-#: role -> its manifest variable (roles/<role>/vars/main.yml)
+#: role -> its manifest variable (roles/<role>/vars/main.yml), parsed
 _ROLE_VARS = {
     "slurm": "__slurm_manifest",
-    "monitoring": "__monitoring_manifest",
-    "dcgm": "__dcgm_manifest",
-    "nccl": "__nccl_manifest",
-    "cloud_agents": "__cloud_agents_manifest",
+    # the file lists (manifest_files) and the slurm role's restart policy get it as JSON text
+    "slurm_text": "(__slurm_manifest_text | from_json)",
+    "monitoring": "(__monitoring_manifest_text | from_json)",
+    "dcgm": "(__dcgm_manifest_text | from_json)",
+    "nccl": "(__nccl_manifest_text | from_json)",
+    "cloud_agents": "(__cloud_agents_manifest_text | from_json)",
 }
 _TASK = "Read the render's manifest once for the play's hosts"
 

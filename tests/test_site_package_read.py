@@ -329,10 +329,14 @@ def test_the_gpu_roles_skip_on_the_paths_site_reads() -> None:
         assert len(copies) == (1 if role in ("dcgm", "nccl") else 0), role
 
 
-def test_the_nccl_and_dcgm_roles_carry_the_slurm_roles_file_filters() -> None:
-    """Each role runs alone too, so each has the filter file: nccl's and dcgm's link to slurm's."""
-    files = [ROOT / "roles" / r / "filter_plugins" / "clusterforge_files.py" for r in ("slurm", "nccl", "dcgm")]
+def test_the_roles_that_copy_rendered_files_carry_the_slurm_roles_file_filters() -> None:
+    """Each role runs alone too, so each has the filter file: the others link to slurm's."""
+    roles = ("slurm", "nccl", "dcgm", "monitoring", "cloud_agents")
+    files = [ROOT / "roles" / r / "filter_plugins" / "clusterforge_files.py" for r in roles]
     assert len({f.read_bytes() for f in files}) == 1
+    for role in roles:  # every role that names the filter carries it
+        uses = "manifest_files(" in (ROOT / "roles" / role / "vars" / "main.yml").read_text()
+        assert uses, role
 
 
 def test_the_slurm_role_stops_only_slurmd_and_only_before_a_layout_change() -> None:

@@ -12,6 +12,8 @@ plugins (``roles/*/filter_plugins/clusterforge_files.py``); the functions live h
   as they are (no text decoding), without reading anything into a variable.
 * ``files_to_copy`` and ``dirs_to_make``: of the files and folders a role manages, those whose copy
   on the node is missing or differs from what the render wants.
+* ``manifest_files``: a host's entries of the manifest, those of its node group whose name a role's
+  pattern matches: what each role's file list variable (``__slurm_files``, ...) names.
 
 Standard library only: Ansible imports the filter plugins in its controller process (and
 ``playbooks/callback_plugins/clusterforge_preload.py`` imports this there before the forks).
@@ -19,7 +21,10 @@ Standard library only: Ansible imports the filter plugins in its controller proc
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +80,26 @@ def dirs_to_make(dirs: Any, node_paths: Any, mode: str = "0755") -> list[Any]:
         if have.get(path) != {"type": "directory", "owner": owner, "group": owner, "mode": mode}:
             out.append(d)
     return out
+
+
+def manifest_files(manifest: Any, node_group: str, pattern: str) -> list[Any]:
+    """The manifest's ``files`` entries for ``node_group`` whose name ``pattern`` matches (``re.match``,
+    as Ansible's ``match`` test), in the manifest's order: what
+    ``files | selectattr('node_groups', 'contains', group) | selectattr('name', 'match', pattern) | list``
+    gives.
+
+    ``manifest`` is the manifest's JSON text (what the roles pass: site.yml's once-read keeps it),
+    parsed once per text in this process, or its ``files`` list. Given the parsed manifest instead,
+    each entry's keys would be read through ansible-core's lazy templating, for every host and task
+    whose template names the list; Jinja's ``selectattr`` also dispatches each entry's test through
+    ansible-core's plugin wrapper, twice per entry (``benchmarks/manifest_read.py``). The entries
+    returned are copies, so the parse kept for the next host is never changed."""
+    files = _files_of(str(manifest)) if isinstance(manifest, str) else list(manifest or [])
+    rx = re.compile(str(pattern))
+    return [dict(e) for e in files if node_group in e["node_groups"] and rx.match(e["name"])]
+
+
+@functools.lru_cache(maxsize=8)
+def _files_of(text: str) -> tuple[dict[str, Any], ...]:
+    """The ``files`` of a manifest's JSON text: the same text for every host of a run, parsed once."""
+    return tuple(json.loads(text)["files"])

@@ -1,0 +1,1 @@
+../../slurm/filter_plugins/clusterforge_files.py
