@@ -21,7 +21,8 @@ on ``PYTHONPATH`` that times, inside the ``ansible-playbook`` process only (not 
 * ``TaskQueueManager.send_callback`` (the callbacks: ansible-runner's events), which runs inside
   the queueing above and the results processing below, and at each task's start;
 * the strategy's ``_process_pending_results`` (the results, the callbacks on them, registered
-  variables), which the thread runs between queueing.
+  variables), which the thread runs between queueing;
+* the cyclic garbage collector's passes in that thread, by generation (``gc.callbacks``).
 
 Each piece is timed twice: its wall time and the main thread's own CPU time in it
 (``time.thread_time``). Where the wall is longer, the thread was waiting: for one of the machine's
@@ -125,6 +126,20 @@ if os.environ.get("@ENV@") and os.path.basename(sys.argv[0] if sys.argv else "")
     _wrap(_tqm.TaskQueueManager, "send_callback", lambda a, k: ("callbacks", a[1] if len(a) > 1 else ""))
     _wrap(_strategy.StrategyBase, "_process_pending_results", lambda a, k: ("results processing", ""))
 
+    # the cyclic collector's passes in this thread: generation -> [passes, CPU seconds]
+    import gc, threading
+    _gc = {0: [0, 0.0], 1: [0, 0.0], 2: [0, 0.0]}
+    _gc_start = [0.0]
+    def _collector(phase, info):
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if phase == "start":
+            _gc_start[0] = _cpu()
+        else:
+            _gc[info["generation"]][0] += 1
+            _gc[info["generation"]][1] += _cpu() - _gc_start[0]
+    gc.callbacks.append(_collector)
+
     _pid = os.getpid()
     _born = _now()
     def _dump():
@@ -138,6 +153,8 @@ if os.environ.get("@ENV@") and os.path.basename(sys.argv[0] if sys.argv else "")
         rows.append(["main thread", "", 1, _now() - _born, _cpu(), []])
         rows.append(["process, all threads", "", 1, 0.0, me.ru_utime + me.ru_stime, []])
         rows.append(["reaped children", "", 1, 0.0, kids.ru_utime + kids.ru_stime, []])
+        for gen, (passes, cpu) in _gc.items():
+            rows.append([f"collector generation {gen}", "", passes, 0.0, cpu, []])
         with open(os.environ["@ENV@"], "w") as fh:
             json.dump(rows, fh)
     atexit.register(_dump)
@@ -215,6 +232,10 @@ def main() -> int:
           f"{totals['main thread']:.1f} s of wall")
     print(f"  ansible-playbook, all its threads        {cpus['process, all threads']:7.2f} s")
     print(f"  its workers and helpers, reaped          {cpus['reaped children']:7.2f} s")
+    gens = [f"collector generation {g}" for g in range(3)]
+    print(f"  the cyclic collector in the main thread  {sum(cpus[g] for g in gens):7.2f} s  "
+          f"({' / '.join(str(calls[g]) for g in gens)} passes of generations 0 / 1 / 2; "
+          f"{' / '.join(f'{cpus[g]:.2f}' for g in gens)} s)")
     print("the tasks whose queueing cost the most per host (ms per host, the hosts it was queued on, how):")
     tasks = sorted((r for r in rows if r[0] in QUEUE_PIECES), key=lambda r: -r[3] / max(len(r[5]), 1))
     for piece, name, _c, s, _cpu, hs in tasks[: args.top]:
