@@ -41,17 +41,15 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from local_cluster import load1  # noqa: E402  (this folder is the script's, first on sys.path)
-from rerun_pairs import rerun, running_spec  # noqa: E402
+from rerun_pairs import rerun, running_spec, with_sitecustomize, written_by_sitecustomize  # noqa: E402
 
 OUT_ENV = "CLUSTERFORGE_BENCH_CONTROLLER_OUT"
 
@@ -180,21 +178,13 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=12, help="tasks to list by their cost per host")
     args = ap.parse_args()
     spec = running_spec(args.state, "controller_per_host")
-    with tempfile.TemporaryDirectory(prefix="cf-controller-per-host-") as tmp:
-        (Path(tmp) / "sitecustomize.py").write_text(SITECUSTOMIZE)
-        out = Path(tmp) / "totals.json"
-        env = {**os.environ, OUT_ENV: str(out),
-               "PYTHONPATH": os.pathsep.join([tmp, str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-        if args.strategy:
-            env["CLUSTERFORGE_ANSIBLE_STRATEGY"] = args.strategy
+    with with_sitecustomize(SITECUSTOMIZE, OUT_ENV, args.strategy, "cf-controller-per-host-") as (env, out):
         before = load1()
         busy_before, started = machine_busy(), time.monotonic()
         seconds, changed, _ = rerun(ROOT, spec, args.state, env)
         busy, wall = machine_busy() - busy_before, time.monotonic() - started
         after = load1()
-        if not out.exists():
-            raise SystemExit("ansible-playbook wrote no timings: was sitecustomize loaded (PYTHONPATH)?")
-        rows = json.loads(out.read_text())
+        rows = written_by_sitecustomize(out)
     # the cluster's hosts (the inventory check's play runs on localhost: its time counts, not as a host)
     hosts = sorted({h for *_, hs in rows for h in hs} - {"localhost"})
     n = len(hosts)

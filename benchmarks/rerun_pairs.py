@@ -20,6 +20,8 @@ varies by a second or more, so compare medians, and only under similar load.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import re
 import resource
@@ -28,7 +30,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -49,6 +53,29 @@ def rerun(tree: Path, spec: Path, state: Path, env: dict[str, str] | None = None
         raise SystemExit(f"re-run from {tree} failed (rc {p.returncode}):\n{(p.stdout + p.stderr)[-2000:]}")
     changed = sum(int(n) for n in re.findall(r"changed=(\d+)", m.group(2)))
     return float(m.group(1)), changed, m.group(2)
+
+
+@contextlib.contextmanager
+def with_sitecustomize(code: str, out_env: str, strategy: str | None, prefix: str) -> Iterator[tuple[dict[str, str], Path]]:
+    """``(env, out)``: this process's environment, in which every Python loads ``code`` as its
+    ``sitecustomize`` module and ``out_env`` names ``out``, a file in the same temporary folder for
+    that code to write (gone when the block ends); ``strategy`` sets the Ansible strategy. The
+    benchmarks that time pieces of ``ansible-playbook``'s own process run their re-run in it."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        (Path(tmp) / "sitecustomize.py").write_text(code)
+        out = Path(tmp) / "out.json"
+        env = {**os.environ, out_env: str(out),
+               "PYTHONPATH": os.pathsep.join([tmp, str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        if strategy:
+            env["CLUSTERFORGE_ANSIBLE_STRATEGY"] = strategy
+        yield env, out
+
+
+def written_by_sitecustomize(out: Path) -> Any:
+    """What the ``sitecustomize`` code wrote to ``out`` (JSON); exits when it wrote nothing."""
+    if not out.exists():
+        raise SystemExit("ansible-playbook wrote no timings: was sitecustomize loaded (PYTHONPATH)?")
+    return json.loads(out.read_text())
 
 
 def running_spec(state: Path, who: str) -> Path:

@@ -21,16 +21,14 @@ microseconds per evaluation; compare rows, not runs.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from local_cluster import load1  # noqa: E402  (this folder is the script's, first on sys.path)
-from rerun_pairs import rerun, running_spec  # noqa: E402
+from rerun_pairs import rerun, running_spec, with_sitecustomize, written_by_sitecustomize  # noqa: E402
 
 OUT_ENV = "CLUSTERFORGE_BENCH_VARIABLES_OUT"
 
@@ -84,19 +82,11 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=30, help="variables to list")
     args = ap.parse_args()
     spec = running_spec(args.state, "variable_cost")
-    with tempfile.TemporaryDirectory(prefix="cf-variable-cost-") as tmp:
-        (Path(tmp) / "sitecustomize.py").write_text(SITECUSTOMIZE)
-        out = Path(tmp) / "variables.json"
-        env = {**os.environ, OUT_ENV: str(out),
-               "PYTHONPATH": os.pathsep.join([tmp, str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-        if args.strategy:
-            env["CLUSTERFORGE_ANSIBLE_STRATEGY"] = args.strategy
+    with with_sitecustomize(SITECUSTOMIZE, OUT_ENV, args.strategy, "cf-variable-cost-") as (env, out):
         before = load1()
         seconds, changed, _ = rerun(ROOT, spec, args.state, env)
         after = load1()
-        if not out.exists():
-            raise SystemExit("ansible-playbook wrote no timings: was sitecustomize loaded (PYTHONPATH)?")
-        found = json.loads(out.read_text())
+        found = written_by_sitecustomize(out)
     stats: dict[str, list[float]] = found["variables"]
     total = sum(v[1] for v in stats.values())
     print(f"spec {spec}, strategy {env.get('CLUSTERFORGE_ANSIBLE_STRATEGY', 'linear')}: configure {seconds:.1f} s, "
