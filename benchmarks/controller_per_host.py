@@ -49,7 +49,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from local_cluster import load1  # noqa: E402  (this folder is the script's, first on sys.path)
-from rerun_pairs import rerun, running_spec, with_sitecustomize, written_by_sitecustomize  # noqa: E402
+from rerun_pairs import (  # noqa: E402
+    rerun,
+    running_cluster_args,
+    running_spec,
+    with_sitecustomize,
+    written_by_sitecustomize,
+)
 
 OUT_ENV = "CLUSTERFORGE_BENCH_CONTROLLER_OUT"
 
@@ -172,9 +178,7 @@ def machine_busy() -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--state", type=Path, required=True, help="state folder of the running local cluster")
-    ap.add_argument("--strategy", choices=("linear", "mitogen"), default=None,
-                    help="Ansible strategy (CLUSTERFORGE_ANSIBLE_STRATEGY; default linear)")
+    running_cluster_args(ap)
     ap.add_argument("--top", type=int, default=12, help="tasks to list by their cost per host")
     args = ap.parse_args()
     spec = running_spec(args.state, "controller_per_host")

@@ -78,6 +78,14 @@ def written_by_sitecustomize(out: Path) -> Any:
     return json.loads(out.read_text())
 
 
+def running_cluster_args(ap: argparse.ArgumentParser) -> None:
+    """``--state`` (the running local cluster's folder) and ``--strategy``, as the benchmarks that
+    time one re-run of it take them."""
+    ap.add_argument("--state", type=Path, required=True, help="state folder of the running local cluster")
+    ap.add_argument("--strategy", choices=("linear", "mitogen"), default=None,
+                    help="Ansible strategy (CLUSTERFORGE_ANSIBLE_STRATEGY; default linear)")
+
+
 def running_spec(state: Path, who: str) -> Path:
     """The spec the local cluster in ``state`` was brought up from (`local up` of a running cluster
     takes only that spec); exits 2 with what to do when no cluster is up there."""
