@@ -284,6 +284,12 @@ def _ranges(nums: list[tuple[int, str]]) -> str:
     return ",".join(parts)
 
 
+#: One bracketed (or plain) item of a compressed hostlist: its prefix (the name before the last run
+#: of digits, or the whole name of one without digits), 1 when it ranges over numbers (0 for a plain
+#: name), and its text. A hostlist is its items in ``hostlist_sort``'s order, joined by commas.
+Item = tuple[str, int, str]
+
+
 def compress(names: Iterable[str]) -> str:
     """The shortest-form hostlist for ``names`` (sorted, duplicates dropped).
 
@@ -301,6 +307,11 @@ def compress(names: Iterable[str]) -> str:
     >>> compress(["n9", "n10", "n11", "login"])
     'login,n[9-11]'
     """
+    return join_items(compress_items(names))
+
+
+def compress_items(names: Iterable[str]) -> list[Item]:
+    """:func:`compress`'s items for ``names``, one per prefix (plain names one each), unordered."""
     plain: list[str] = []
     # prefix -> digits as written, in sorted-name order
     by_prefix: dict[str, list[str]] = {}
@@ -323,7 +334,7 @@ def compress(names: Iterable[str]) -> str:
                 got.append(split[1])
         else:
             plain.append(name)
-    items: list[tuple[str, int, str]] = [(name, 0, name) for name in plain]  # prefix, ranged?, text
+    items: list[Item] = [(name, 0, name) for name in plain]
     for prefix, all_digits in by_prefix.items():
         padded = sorted({len(d) for d in all_digits if len(d) > 1 and d[0] == "0"})
         # width -> numbers. An unpadded number prints the same at any width up to its own
@@ -354,13 +365,52 @@ def compress(names: Iterable[str]) -> str:
             items.append((prefix, 1, prefix + runs[0][0][1]))
         else:
             items.append((prefix, 1, f"{prefix}[{','.join(_ranges(nums) for nums in runs)}]"))
+    return items
+
+
+def join_items(items: Iterable[Item]) -> str:
+    """The hostlist of ``items`` whose prefixes are each once (:func:`compress_items`' items)."""
     # hostlist_sort's order (hostrange_cmp): prefixes in natural order, a name without a number
     # before the numbered names of the same prefix (login before login[1-2])
-    items.sort(key=functools.cmp_to_key(_item_cmp))
-    return ",".join(text for _p, _r, text in items)
+    return ",".join(text for _p, _r, text in sorted(items, key=functools.cmp_to_key(_item_cmp)))
 
 
-def _item_cmp(a: tuple[str, int, str], b: tuple[str, int, str]) -> int:
+def numbered_items(prefix: str, count: int, width: int) -> list[Item] | None:
+    """:func:`compress_items` of ``prefix`` + 1 .. ``count`` zero-padded to ``width`` digits, from the
+    numbers alone: the names a cloud node group makes (``NodeGroup.hostnames``), without a pass
+    over them. None where that shortcut is not sure to be :func:`compress`'s answer (a prefix that
+    ends in a digit or is not plain ASCII, a number wider than ``width``, an unpadded first
+    number); the caller then compresses the names.
+
+    >>> numbered_items("gpu-", 16, 3)
+    [('gpu-', 1, 'gpu-[001-016]')]
+    >>> numbered_items("gpu-", 16, 3) == compress_items(f"gpu-{i:03d}" for i in range(1, 17))
+    True
+    """
+    if (count < 1 or not 2 <= width <= _MAX_DIGITS or len(str(count)) > width or not prefix.isascii()
+            or "\n" in prefix or prefix.rstrip(_ASCII_DIGITS) != prefix):
+        return None
+    # every number has ``width`` digits and the first starts with 0: one padded width, one run
+    first, last = f"{1:0{width}d}", f"{count:0{width}d}"
+    return [(prefix, 1, prefix + (first if count == 1 else f"[{first}-{last}]"))]
+
+
+def union_items(parts: Iterable[list[Item]]) -> list[Item] | None:
+    """The items of several name sets' union, from each set's own :func:`compress_items`, when no
+    prefix is in two of them (then each prefix's item is its one set's); None otherwise, and the
+    caller compresses the union's names (a prefix in two sets merges their numbers)."""
+    out: list[Item] = []
+    seen: set[str] = set()
+    for items in parts:
+        prefixes = {p for p, _r, _t in items}
+        if prefixes & seen:
+            return None
+        seen |= prefixes
+        out.extend(items)
+    return out
+
+
+def _item_cmp(a: Item, b: Item) -> int:
     return _strnatcmp(a[0], b[0]) or a[1] - b[1]
 
 

@@ -128,7 +128,7 @@ def _resolve_group(g: NodeGroup, facts: dict[str, Any]) -> ResolvedGroup:
         tuple(hostlist.expand(g.onprem.addresses)) if g.onprem is not None and g.onprem.addresses else None
     )
     profile = get_profile(g.profile_name)
-    found = [h for h in hosts if h in facts]
+    found = [h for h in hosts if h in facts] if facts else []
     if profile is not None and found:
         from clusterforge.catalog.facts import apply_facts
 

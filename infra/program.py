@@ -112,7 +112,7 @@ class AwsCluster(pulumi.ComponentResource):
                 "role": group.role,
                 "instance_type": group.cloud.instance_type,
                 "count": group.cloud.count,
-                "hostlist": hostlist.compress(group.hostnames),
+                "hostlist": group.node_hostlist,
                 "tag_filters": out.group_tag_filters(cluster.name, group.name),
             }
             if group.role in ("controller", "login"):

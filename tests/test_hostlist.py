@@ -215,3 +215,58 @@ def test_forms_slurm_misreads_are_refused(bad: str, why: str) -> None:
 )
 def test_compress_writes_what_scontrol_writes(names: str, slurm: str) -> None:
     assert compress(names.split(",")) == slurm
+
+
+# ---------------------------------------------------------------- hostlists without a pass over names
+
+
+def _cloud_names(prefix: str, count: int, width: int) -> list[str]:
+    # NodeGroup.hostnames' form, written out here: the prefix and 1..count zero-padded to width
+    return [prefix + str(i).rjust(width, "0") for i in range(1, count + 1)]
+
+
+@pytest.mark.parametrize("count", [1, 2, 9, 10, 11, 99, 100, 101, 999, 1000, 1001, 9999, 10000, 65536])
+def test_numbered_items_are_compress_of_the_names(count: int) -> None:
+    width = max(3, len(str(count)))
+    names = _cloud_names("gpu-", count, width)
+    got = hostlist.numbered_items("gpu-", count, width)
+    assert got == hostlist.compress_items(names)
+    assert hostlist.join_items(got or []) == compress(names)
+    # the text itself, so that both cannot drift together
+    assert hostlist.join_items(got or []) == ("gpu-001" if count == 1 else f"gpu-[{'1'.rjust(width, '0')}-{str(count).rjust(width, '0')}]")
+
+
+@pytest.mark.parametrize(("prefix", "count", "width"), [
+    ("gpu0", 4, 3),       # a prefix ending in a digit: its digits run into the number's
+    ("gpü-", 4, 3),       # not ASCII
+    ("gpu-", 1000, 3),    # 1000 is wider than the width: not one padded run
+    ("gpu-", 4, 1),       # unpadded numbers
+    ("gpu-", 4, 19),      # longer than a number Slurm ranges over
+    ("gpu-", 0, 3),       # no names
+    ("gpu\n-", 4, 3),     # a newline: compress takes such a name apart by regex
+])
+def test_numbered_items_refuse_what_they_are_not_sure_of(prefix: str, count: int, width: int) -> None:
+    assert hostlist.numbered_items(prefix, count, width) is None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(
+    st.lists(st.one_of(
+        st.tuples(st.sampled_from(["gpu-", "cpu-", "n", "a-b-", "dgx", "login", "x1-"]), st.integers(0, 130),
+                  st.sampled_from([0, 2, 3, 4])),
+        st.tuples(st.sampled_from(["head", "login", "ctl", "gpu-"]), st.none(), st.none()),
+    ), min_size=1, max_size=12),
+    min_size=1, max_size=4,
+))
+def test_union_items_are_compress_of_the_union(sets: list[list[tuple[str, int | None, int | None]]]) -> None:
+    """Sets' own items joined are the union's compress whenever union_items answers, and it
+    answers whenever no prefix is in two sets."""
+    names = [[p if n is None else p + (str(n).rjust(w, "0") if w else str(n)) for p, n, w in s] for s in sets]
+    parts = [hostlist.compress_items(ns) for ns in names]
+    got = hostlist.union_items(parts)
+    every = [n for ns in names for n in ns]
+    prefixes = [{p for p, _r, _t in items} for items in parts]
+    shared = any(prefixes[i] & prefixes[j] for i in range(len(parts)) for j in range(i))
+    assert (got is None) == shared
+    if got is not None:
+        assert hostlist.join_items(got) == compress(every)

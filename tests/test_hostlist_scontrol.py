@@ -245,3 +245,24 @@ def test_compress_reads_back_through_scontrol(scontrol: Scontrol, tmp_path: Path
         assert sorted(back) == sorted(set(names)) and len(back) == len(set(names)), (names, text)
         checked += 1
     assert checked == 200
+
+
+def test_cloud_groups_hostlists_are_scontrols(scontrol: Scontrol, tmp_path: Path) -> None:
+    """A cloud node group's hostlist comes from its count (hostlist.numbered_items), and a
+    partition's from its groups' own (union_items): each is what scontrol writes for the names."""
+    from clusterforge.hostlist import join_items, numbered_items, union_items
+
+    groups = [("gpu-", 1), ("gpu-a-", 9), ("cpu-", 100), ("p5e-", 1001), ("big-", 65536)]
+    parts = []
+    for prefix, count in groups:
+        width = max(3, len(str(count)))  # NodeGroup.name_numbers
+        names = [prefix + str(i).rjust(width, "0") for i in range(1, count + 1)]
+        items = numbered_items(prefix, count, width)
+        assert items is not None
+        assert join_items(items) == scontrol.hostlistsorted(names, tmp_path), prefix
+        parts.append((items, names))
+    for chosen in (parts[:2], parts[1:4], parts):
+        union = union_items(items for items, _names in chosen)
+        assert union is not None
+        every = [n for _items, names in chosen for n in names]
+        assert join_items(union) == scontrol.hostlistsorted(every, tmp_path)

@@ -456,3 +456,24 @@ def test_rendered_json_is_what_json_dumps_writes(data: object, sort_keys: bool, 
 
     reference = json.dumps(data, indent=2, sort_keys=sort_keys, ensure_ascii=ensure_ascii) + "\n"
     assert dumps(data, sort_keys=sort_keys, ensure_ascii=ensure_ascii) == reference
+
+
+@pytest.mark.parametrize("name", EXAMPLE_SPECS)
+def test_hostlists_from_counts_are_the_names_compressed(name: str) -> None:
+    """Cloud groups' hostlists come from their counts and partitions' from their groups' own
+    (no pass over every name): each is the hostlist of the names themselves."""
+    from clusterforge import hostlist
+
+    spec = load_spec(EXAMPLES / name)
+    m = build_model(resolve(spec, base_dir=EXAMPLES))
+    by_group = {n.group: n for n in m.nodesets}
+    for g in spec.node_groups:
+        assert g.node_hostlist == hostlist.compress(g.hostnames), g.name
+    for n in m.nodesets:
+        assert n.hostlist == hostlist.compress(n.names), n.group
+        assert (n.numbered is not None) == (spec.node_groups[[g.name for g in spec.node_groups].index(n.group)].cloud
+                                            is not None)
+    for p in m.partitions:
+        groups = next(x for x in spec.partitions if x.name == p.name).node_groups if spec.partitions else [
+            n.group for n in m.compute]
+        assert p.nodes == hostlist.compress([h for g in groups for h in by_group[g].names]), p.name

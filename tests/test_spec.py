@@ -486,3 +486,55 @@ def test_window_only_for_capacity_blocks() -> None:
     with pytest.raises(SpecError) as exc:
         parse_spec(data, "hybrid.yaml")
     assert "only used with type capacity_block" in str(exc.value)
+
+
+def _unique_hosts_by_name(c: Any) -> list[tuple[str, str, object, str]]:
+    """The duplicate-host findings of a pass over every name of every group (the rule's reference:
+    each group's names in turn, each against the first group that had it)."""
+    owner: dict[str, str] = {}
+    out = []
+    for i, g in enumerate(c.node_groups):
+        for h in g.hostnames:
+            if h in owner and owner[h] != g.name:
+                out.append(("duplicate-host", f"node_groups[{i}]", h, owner[h]))
+            owner.setdefault(h, g.name)
+    return out
+
+
+def test_unique_hosts_finds_every_duplicate_without_listing_cloud_nodes() -> None:
+    """Cloud groups are matched by their counts (NodeGroup.name_numbers); the findings are the
+    name-by-name pass's, in its order, on seeded random mixes of cloud and on-prem groups whose
+    hosts take cloud names (inside and outside the count, at the width and not)."""
+    import random
+
+    from clusterforge.clusterspec.rules.base import RuleContext
+    from clusterforge.clusterspec.rules.nodes import unique_hosts
+
+    rng = random.Random(17_065)
+    base = raw("hybrid.yaml")
+    seen_cases = {"cloud first": 0, "onprem first": 0, "onprem twice": 0}
+    for _ in range(150):
+        groups: list[dict[str, Any]] = [_g(base, "head")]
+        cloud = rng.sample(["burst", "gpu", "gpu-a", "c1"], rng.randint(1, 3))
+        for name in cloud + [f"rack{k}" for k in range(rng.randint(1, 3))]:
+            if name in cloud:
+                groups.append({"name": name, "role": "compute", "cloud": {
+                    "instance_type": "c7i.48xlarge", "count": rng.choice([1, 5, 12, 120, 1000]), "subnet": "private-b"}})
+                continue
+            hosts = {f"{rng.choice(cloud)}-{n:0{w}d}" for _ in range(rng.randint(1, 5))
+                     for n, w in [(rng.choice([0, 1, 3, 5, 12, 13, 120, 999, 1000, 1001]), rng.choice([3, 4]))]}
+            hosts |= {f"rack-{rng.randint(1, 6):02d}" for _ in range(rng.randint(0, 3))}
+            groups.append({"name": name, "role": "compute", "onprem": {"hosts": ",".join(sorted(hosts)),
+                                                                        "profile": "dgx-h100"}})
+        rng.shuffle(groups)
+        spec = copy.deepcopy(base) | {"node_groups": groups, "partitions": [], "topology": {}}
+        c = parse_spec(spec)
+        want = _unique_hosts_by_name(c)
+        got = [(f.code, f.path, f.value, f.why.split("'")[1]) for f in unique_hosts(c, RuleContext(ROOT, {}, None))]
+        assert got == want, spec["node_groups"]
+        kinds = [(next(g for g in c.node_groups if g.name == first).cloud is not None,
+                  c.node_groups[int(path[12:-1])].cloud is not None) for _c, path, _h, first in want]
+        seen_cases["cloud first"] += sum(1 for a, _b in kinds if a)
+        seen_cases["onprem first"] += sum(1 for a, b in kinds if not a and b)
+        seen_cases["onprem twice"] += sum(1 for a, b in kinds if not a and not b)
+    assert all(n > 10 for n in seen_cases.values()), seen_cases

@@ -62,8 +62,6 @@ def drain_reason(block: dict[str, Any]) -> str:
 def blocks_config(cluster: Cluster) -> list[dict[str, Any]]:
     """One entry per capacity_block group: group, nodes (Slurm hostlist), reservation_id, start,
     end, drain_at (ISO 8601 ``Z`` strings); [] when the cluster has none."""
-    from clusterforge import hostlist
-
     out: list[dict[str, Any]] = []
     for g in cluster.node_groups:
         cap = g.cloud.capacity if g.cloud else None
@@ -71,7 +69,7 @@ def blocks_config(cluster: Cluster) -> list[dict[str, Any]]:
             continue
         assert cap.start is not None and cap.end is not None  # the spec requires them for blocks
         out.append({
-            "group": g.name, "nodes": hostlist.compress(g.hostnames), "reservation_id": cap.reservation_id,
+            "group": g.name, "nodes": g.node_hostlist, "reservation_id": cap.reservation_id,
             "start": iso(cap.start), "end": iso(cap.end),
             "drain_at": iso(cap.end - timedelta(minutes=cap.drain_minutes_before_end)),
         })

@@ -18,7 +18,6 @@ import base64
 import json
 from pathlib import Path
 
-from clusterforge import hostlist
 from clusterforge.aws.outputs import names_table
 from clusterforge.clusterspec.models import STATE_VOLUME_MOUNT, Cluster, EbsStateStorage, NodeGroup, OsName
 
@@ -156,7 +155,7 @@ def group_user_data(cluster: Cluster, group: NodeGroup, *, hostname: str | None 
     assert cluster.aws is not None, "user data is for cloud groups"
     return user_data(
         cluster=cluster.name, group=group.name, role=group.role, os=cluster.os, region=cluster.aws.region,
-        table=names_table(cluster.name), hostlist=hostlist.compress(group.hostnames), hostname=hostname,
+        table=names_table(cluster.name), hostlist=group.node_hostlist, hostname=hostname,
         state_volume=STATE_VOLUME_MOUNT
         if group.role == "controller" and isinstance(cluster.slurm.state_storage, EbsStateStorage)
         else None,

@@ -224,9 +224,23 @@ class NodeGroup(Model):
         """Slurm node names: on-prem hosts as given; cloud nodes ``<group>-001`` … ``<group>-NNN``."""
         if self.onprem is not None:
             return hostlist.expand(self.onprem.hosts)
-        assert self.cloud is not None
-        width = max(3, len(str(self.cloud.count)))
-        return [f"{self.name}-{i:0{width}d}" for i in range(1, self.cloud.count + 1)]
+        prefix, count, width = self.name_numbers  # type: ignore[misc]  # a cloud group has them
+        return [f"{prefix}{i:0{width}d}" for i in range(1, count + 1)]
+
+    @property
+    def node_hostlist(self) -> str:
+        """``hostnames`` as one Slurm hostlist (``hostlist.compress``'s text); a cloud group's from
+        its count, without a pass over its names."""
+        items = hostlist.numbered_items(*self.name_numbers) if self.name_numbers is not None else None
+        return hostlist.join_items(items) if items is not None else hostlist.compress(self.hostnames)
+
+    @property
+    def name_numbers(self) -> tuple[str, int, int] | None:
+        """A cloud group's node names as (prefix, count, width): ``hostnames`` are the prefix and
+        1 … count zero-padded to width digits (at least 3). None for an on-prem group."""
+        if self.cloud is None:
+            return None
+        return f"{self.name}-", self.cloud.count, max(3, len(str(self.cloud.count)))
 
     @property
     def fabric_type(self) -> str:

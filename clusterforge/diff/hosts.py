@@ -59,7 +59,7 @@ def _placeholder_outputs(rc: ResolvedCluster) -> out.StackOutputs:
             "role": g.spec.role,
             "instance_type": g.spec.cloud.instance_type,
             "count": g.spec.cloud.count,
-            "hostlist": hostlist.compress(g.hosts),
+            "hostlist": g.spec.node_hostlist,
             "tag_filters": out.group_tag_filters(c.name, g.name),
         }
         if g.spec.role == "compute":

@@ -163,7 +163,7 @@ def _group_vars(cluster: Cluster, g: NodeGroup, prof: HardwareProfile | None) ->
         "clusterforge_gpu": _gpu_vars(g, prof),
         "clusterforge_fabric": fabric,
         "clusterforge_local_nvme_raid0": g.cloud.local_nvme_raid0 if g.cloud is not None else None,
-        "clusterforge_slurm_hostlist": hostlist.compress(g.hostnames),
+        "clusterforge_slurm_hostlist": g.node_hostlist,
         # an Auto Scaling group's instances claim their names at boot and a replacement comes
         # with a new address: no other host may pin it in /etc/hosts (Slurm takes it from the
         # node's registration, docs/node-identity.md)

@@ -163,9 +163,14 @@ def build_model(rc: ResolvedCluster) -> ClusterModel:
 
 
 def _union_hostlist(members: list[NodeSet]) -> str:
-    """The hostlist of several node sets: one set's own (compressed once), else their union's."""
+    """The hostlist of several node sets: one set's own (worked out once), else their union's: the
+    sets' own items when no name prefix is in two of them (node groups' names are ``<group>-NNN``),
+    else the union's names compressed again (on-prem groups that share a prefix)."""
     if len(members) == 1:
         return members[0].hostlist
+    items = hostlist.union_items(n.hostlist_items for n in members)
+    if items is not None:
+        return hostlist.join_items(items)
     return hostlist.compress([h for n in members for h in n.names])
 
 

@@ -54,13 +54,23 @@ class NodeSet:
     profile: HardwareProfile
     # compute nodes of an Auto Scaling group: State=CLOUD, NodeAddr learnt from registration
     cloud: bool = False
+    # a cloud group's names as (prefix, count, width) (NodeGroup.name_numbers): its hostlist then
+    # comes from the count, not from a pass over every name
+    numbered: tuple[str, int, int] | None = None
 
-    # Compressed once per node group (cached_property writes the instance dict, past the frozen
+    # Worked out once per node group (cached_property writes the instance dict, past the frozen
     # __setattr__): slurm.conf, gres.conf, the topology basis, the manifest and the daemon host
-    # lists all print it, and compressing is linear in the group's nodes.
+    # lists all print it. Compressing names is linear in the group's nodes; a cloud group's
+    # hostlist is its count's (hostlist.numbered_items), so rendering grows with groups there.
+    @cached_property
+    def hostlist_items(self) -> list[hostlist.Item]:
+        """The hostlist's items (``hostlist.compress_items``): partitions join their groups' items."""
+        items = hostlist.numbered_items(*self.numbered) if self.numbered is not None else None
+        return items if items is not None else hostlist.compress_items(self.names)
+
     @cached_property
     def hostlist(self) -> str:
-        return hostlist.compress(self.names)
+        return hostlist.join_items(self.hostlist_items)
 
     @cached_property
     def addr_hostlist(self) -> str | None:
@@ -207,4 +217,5 @@ def build_nodeset(rg: ResolvedGroup, reserve_mib: int) -> NodeSet:
         fabric=group.fabric_type,
         profile=p,
         cloud=group.is_cloud and group.role == "compute",
+        numbered=group.name_numbers,
     )

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from clusterforge import hostlist
 from clusterforge.catalog import profile_names
-from clusterforge.clusterspec.models import Cluster
+from clusterforge.clusterspec.models import Cluster, NodeGroup
 from clusterforge.clusterspec.rules.base import Finding, Level, RuleContext, _gi, rule
 
 
@@ -45,16 +45,42 @@ def one_controller(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
 
 @rule
 def unique_hosts(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
-    owner: dict[str, str] = {}
+    # The findings of a pass over every name of every group, in its order: each group's names in
+    # turn, each against the first group that had it. A cloud group's names are "<group>-" and
+    # zero-padded numbers (NodeGroup.name_numbers) and group names are unique, so no two cloud
+    # groups share a name; only an on-prem host can be a cloud group's. So a cloud group is matched
+    # by its count against the on-prem hosts of its prefix, and 65,536 cloud nodes are never listed.
+    owner: dict[str, str] = {}  # an on-prem group's host -> the first group that had it
+    by_prefix: dict[str, list[str]] = {}  # "<head>-" -> owner's hosts "<head>-<anything>"
+    clouds: dict[str, tuple[int, int, str]] = {}  # a cloud group's prefix -> its count, width, name
+
+    def duplicate(g: NodeGroup, h: str, first: str) -> Finding:
+        return Finding(
+            Level.ERROR, "duplicate-host", f"{_gi(c, g)}", h,
+            f"host name is also in node group {first!r}; Slurm node names must be unique.",
+            "rename the hosts of one group or remove the overlap.",
+        )
+
     for g in c.node_groups:
+        if g.name_numbers is not None:
+            prefix, count, width = g.name_numbers
+            # its names among them, in the order its names run: one prefix and one width, so the
+            # text's order is the numbers'
+            for h in sorted(h for h in by_prefix.get(prefix, ()) if _numbered(h[len(prefix):], count, width)):
+                yield duplicate(g, h, owner[h])
+            clouds[prefix] = (count, width, g.name)
+            continue
         for h in g.hostnames:
-            if h in owner and owner[h] != g.name:
-                yield Finding(
-                    Level.ERROR, "duplicate-host", f"{_gi(c, g)}", h,
-                    f"host name is also in node group {owner[h]!r}; Slurm node names must be unique.",
-                    "rename the hosts of one group or remove the overlap.",
-                )
-            owner.setdefault(h, g.name)
+            first = owner.get(h)
+            if first is None:
+                head, dash, digits = h.rpartition("-")
+                cloud = clouds.get(head + dash) if dash else None
+                first = cloud[2] if cloud is not None and _numbered(digits, cloud[0], cloud[1]) else None
+                owner[h] = first or g.name
+                if dash:
+                    by_prefix.setdefault(head + dash, []).append(h)
+            if first is not None and first != g.name:
+                yield duplicate(g, h, first)
     addr_owner: dict[str, str] = {}
     for g in c.node_groups:
         if g.onprem and g.onprem.addresses:
@@ -65,6 +91,11 @@ def unique_hosts(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
                         f"address is also used by group {addr_owner[a]!r}.", "give every host its own address.",
                     )
                 addr_owner.setdefault(a, g.name)
+
+
+def _numbered(digits: str, count: int, width: int) -> bool:
+    """Whether ``digits`` is one of 1 … ``count`` zero-padded to ``width`` (a cloud group's names)."""
+    return len(digits) == width and digits.isascii() and digits.isdigit() and 1 <= int(digits) <= count
 
 
 @rule

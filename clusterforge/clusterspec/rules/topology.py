@@ -102,7 +102,8 @@ def topology_references(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
             "the root; but the root has hosts itself, and Slurm forbids a switch with both hosts and switches.",
             "place every compute host, or add a top switch above the root.",
         )
-    all_hosts = {h for g in c.node_groups for h in g.hostnames}
+    # every node's name, only when there are blocks to check against them
+    all_hosts = {h for g in c.node_groups for h in g.hostnames} if t.blocks else set()
     for i, b in enumerate(t.blocks):
         for h in hostlist.expand(b.hosts):
             if h not in all_hosts:

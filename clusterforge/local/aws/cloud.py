@@ -396,7 +396,6 @@ def stack_outputs(endpoint: str, rc: ResolvedCluster, populated: Populated) -> d
     """The stack outputs of the emulated stack, in the program's :class:`StackOutputs` shape
     (validated by it): what ``pulumi stack output --json`` prints after a real ``up``, with the ids
     and addresses moto assigned."""
-    from clusterforge import hostlist
     from clusterforge.aws import outputs as out
 
     cluster = rc.spec
@@ -409,7 +408,7 @@ def stack_outputs(endpoint: str, rc: ResolvedCluster, populated: Populated) -> d
             continue
         info: dict[str, Any] = {
             "role": g.role, "instance_type": g.cloud.instance_type, "count": g.cloud.count,
-            "hostlist": hostlist.compress(g.hostnames), "tag_filters": out.group_tag_filters(cluster.name, g.name),
+            "hostlist": g.node_hostlist, "tag_filters": out.group_tag_filters(cluster.name, g.name),
         }
         if g.role in ("controller", "login"):
             ids = {h: populated.head_instance_ids[h] for h in g.hostnames}
