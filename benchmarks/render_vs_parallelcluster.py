@@ -21,7 +21,8 @@ Both run end to end as subprocesses of the same interpreter, from bytecode compi
 figures: median wall time of each, the median of the per-pair ratios, and peak RSS (the child's
 ``ru_maxrss`` from ``wait4``); also each child's CPU time (user + system from the same ``wait4``),
 which a busy machine disturbs less than the wall time. ``--scaling`` adds a table of in-process
-resolve + render time for 2k-65k nodes in 4-256 node groups: it grows with groups, not nodes.
+resolve + render time for 2k-65k nodes in 4-256 node groups: it grows with groups, not nodes
+(``--onprem``: the same for on-prem groups).
 """
 
 from __future__ import annotations
@@ -301,8 +302,10 @@ def side_by_side(pairs: int, peer: Path) -> dict[str, Any]:
     }
 
 
-def scaling_spec(nodes: int, groups: int) -> dict[str, Any]:
-    """``nodes`` compute nodes in ``groups`` groups, alternately p5.48xlarge (EFA) and c7i.48xlarge."""
+def scaling_spec(nodes: int, groups: int, onprem: bool = False) -> dict[str, Any]:
+    """``nodes`` compute nodes in ``groups`` groups, alternately p5.48xlarge (EFA) and c7i.48xlarge;
+    ``onprem``: the same hardware as on-prem groups whose hosts are one range each
+    (``<group>-[00001-NNNNN]``), no addresses."""
     per = nodes // groups
     node_groups: list[dict[str, Any]] = [
         {"name": "head", "role": "controller", "cloud": {"instance_type": "m7i.4xlarge", "count": 1,
@@ -316,6 +319,9 @@ def scaling_spec(nodes: int, groups: int) -> dict[str, Any]:
                       "subnet": "private-a", "efa": gpu},
             "features": ["h100"] if gpu else ["cpu"],
         })
+        if onprem:
+            g = node_groups[-1]
+            g["onprem"] = {"hosts": f"{g['name']}-[00001-{per:05d}]", "profile": g.pop("cloud")["instance_type"]}
     return {
         "name": f"scale-{nodes}-{groups}",
         "slurm": {"version": "24.05"},
@@ -331,7 +337,7 @@ def scaling_spec(nodes: int, groups: int) -> dict[str, Any]:
     }
 
 
-def scaling(repeat: int) -> list[dict[str, Any]]:
+def scaling(repeat: int, onprem: bool = False) -> list[dict[str, Any]]:
     sys.path.insert(0, str(ROOT))
     from clusterforge.clusterspec.models import Cluster
     from clusterforge.render import render
@@ -340,7 +346,7 @@ def scaling(repeat: int) -> list[dict[str, Any]]:
     rows = []
     for nodes in (2048, 8192, 32768, 65536):
         for groups in (4, 16, 64, 256):
-            cluster = Cluster.model_validate(scaling_spec(nodes, groups))
+            cluster = Cluster.model_validate(scaling_spec(nodes, groups, onprem))
             best = float("inf")
             for _ in range(repeat):
                 t = time.perf_counter()
@@ -359,6 +365,8 @@ def main() -> int:
     ap.add_argument("--scaling", action="store_true", help="also the 2k-65k nodes x 4-256 groups table")
     ap.add_argument("--scaling-only", action="store_true", help="only the scaling table")
     ap.add_argument("--repeat", type=int, default=3, help="scaling: best of N renders per cell")
+    ap.add_argument("--onprem", action="store_true",
+                    help="scaling: on-prem groups (hosts given as one range each) instead of cloud groups")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--instructions", action="store_true",
                     help="only the instruction counts under valgrind's callgrind (one run each; minutes)")
@@ -376,7 +384,7 @@ def main() -> int:
     if not args.scaling_only:
         figures["side_by_side"] = side_by_side(args.pairs, materialise_peer(args.peer_repo))
     if args.scaling or args.scaling_only:
-        figures["scaling"] = scaling(args.repeat)
+        figures["scaling"] = scaling(args.repeat, args.onprem)
     if args.json:
         print(json.dumps(figures, indent=2))
         return 0
@@ -394,7 +402,8 @@ def main() -> int:
         print(f"  machine: {figures['cpus']} CPUs, Python {figures['python']}, load average "
               f"{s['load_1m'][0]:.2f} before, {s['load_1m'][1]:.2f} after")
     if "scaling" in figures:
-        print(f"resolve + render in process (best of {args.repeat}): ms, slurm.conf lines")
+        print(f"resolve + render in process (best of {args.repeat}): ms, slurm.conf lines"
+              + ("; on-prem groups" if args.onprem else ""))
         groups = sorted({r["groups"] for r in figures["scaling"]})
         print("  nodes  " + "".join(f"{g:>8d} groups" for g in groups))
         for nodes in sorted({r["nodes"] for r in figures["scaling"]}):

@@ -239,6 +239,11 @@ def expand(expr: str, *, field: str = "hostlist") -> list[str]:
     >>> expand("r[1-2]n[01-02]")
     ['r1n01', 'r1n02', 'r2n01', 'r2n02']
     """
+    return [name for literals, sets, _n in _parse(expr, field) for name in _names(literals, sets)]
+
+
+def _parse(expr: str, field: str) -> list[_Item]:
+    """The expression's items, checked and counted, no name built yet."""
     expr = expr.strip(" \t")  # Slurm's own separators, skipped at both ends
     if not expr:
         raise HostlistError(field, expr, "it is empty", "write host sets like dgx-[001-032] or node1,node2")
@@ -252,7 +257,7 @@ def expand(expr: str, *, field: str = "hostlist") -> list[str]:
                 field, expr, f"it stands for more than {_MAX_HOSTS} hosts (more than a Slurm cluster holds)",
                 "check the range bounds for a typo",
             )
-    return [name for literals, sets, _n in parsed for name in _names(literals, sets)]
+    return parsed
 
 
 _TRAILING_NUM = re.compile(r"^(.*?)(\d+)$")
@@ -393,6 +398,53 @@ def numbered_items(prefix: str, count: int, width: int) -> list[Item] | None:
     # every number has ``width`` digits and the first starts with 0: one padded width, one run
     first, last = f"{1:0{width}d}", f"{count:0{width}d}"
     return [(prefix, 1, prefix + (first if count == 1 else f"[{first}-{last}]"))]
+
+
+def expression_items(expr: str, *, field: str = "hostlist") -> list[Item] | None:
+    """:func:`compress_items` of ``expand(expr)``, from the expression's ranges alone, for the forms
+    a spec writes: every item a literal and one range set at its end (``dgx-[00001-52428]``,
+    ``rack1-n[01-32],rack2-n[01-32]``). Numbers of one prefix merge across ranges and items,
+    overlaps and neighbours included, as :func:`compress` merges them.
+
+    None where that is not sure to be :func:`compress`'s answer, and the caller compresses the
+    names: a name without a range, several range sets in one item, a literal that ends in a digit
+    or is not plain ASCII, a padded range whose high end outgrows its width (``[01-100]``), or
+    one prefix with two zero paddings. Errors are :func:`expand`'s.
+
+    >>> expression_items("n[1-3,5],n[4],m[01-02]")
+    [('n', 1, 'n[1-5]'), ('m', 1, 'm[01-02]')]
+    """
+    spans: dict[str, list[tuple[int, int, int]]] = {}  # prefix -> its ranges (low, high, padded width or 0)
+    for literals, sets, _n in _parse(expr, field):
+        if len(sets) != 1:
+            return None
+        prefix = literals[0]  # a range set ends the item (_parse_item refuses text after it)
+        if not prefix.isascii() or "\n" in prefix or prefix.rstrip(_ASCII_DIGITS) != prefix:
+            return None
+        spans.setdefault(prefix, []).extend(sets[0])
+    items: list[Item] = []
+    for prefix, spec_ranges in spans.items():
+        # Slurm pads a range to its low bound's width (0: not padded). Every number of the prefix
+        # must be written the one way: unpadded, or all of one padded width (an unpadded range of
+        # numbers that wide, [100-200] beside [001-099], is written so too)
+        padded = {w for _lo, _hi, w in spec_ranges if w}
+        if len(padded) > 1:
+            return None
+        width = padded.pop() if padded else 0
+        if width and not all(len(str(hi)) <= width and (w or len(str(lo)) == width) for lo, hi, w in spec_ranges):
+            return None
+        ranges = [(lo, hi) for lo, hi, _w in spec_ranges]
+        merged: list[list[int]] = []
+        for lo, hi in sorted(ranges):
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        text = [str(lo).zfill(width) if lo == hi else f"{str(lo).zfill(width)}-{str(hi).zfill(width)}"
+                for lo, hi in merged]
+        single = len(merged) == 1 and merged[0][0] == merged[0][1]
+        items.append((prefix, 1, prefix + text[0] if single else f"{prefix}[{','.join(text)}]"))
+    return items
 
 
 def union_items(parts: Iterable[list[Item]]) -> list[Item] | None:

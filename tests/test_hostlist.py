@@ -270,3 +270,49 @@ def test_union_items_are_compress_of_the_union(sets: list[list[tuple[str, int | 
     assert (got is None) == shared
     if got is not None:
         assert hostlist.join_items(got) == compress(every)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(
+    st.tuples(
+        st.sampled_from(["dgx-", "n", "rack1-n", "a.b-", "", "x9", "gpü-"]),
+        st.lists(st.tuples(st.integers(0, 120), st.integers(0, 15), st.sampled_from([0, 2, 3])), min_size=1, max_size=4),
+        st.sampled_from(["range", "range", "range", "plain", "two ranges"]),
+    ),
+    min_size=1, max_size=4,
+))
+def test_expression_items_are_compress_of_the_names(
+    items: list[tuple[str, list[tuple[int, int, int]], str]],
+) -> None:
+    """Whenever expression_items answers, it is compress of the expanded names; and it answers for
+    the forms a spec writes: literals without a trailing digit, one range set each, one padding
+    per prefix that holds every number."""
+    parts = []
+    for prefix, ranges, form in items:
+        body = ",".join(
+            (str(lo).zfill(w) if lo == lo + n else f"{str(lo).zfill(w)}-{str(lo + n).zfill(w)}")
+            if w == 0 or lo < 10 ** (w - 1) else str(lo) for lo, n, w in ranges
+        )
+        parts.append({"range": f"{prefix}[{body}]", "plain": f"{prefix}7", "two ranges": f"{prefix}[1-2]x[{body}]"}[form])
+    expr = ",".join(parts)
+    got = hostlist.expression_items(expr)
+    if got is not None:
+        assert hostlist.join_items(got) == compress(expand(expr)), expr
+    sure = all(form == "range" and prefix.isascii() and not prefix[-1:].isdigit() for prefix, _r, form in items)
+    widths: dict[str, set[int]] = {}
+    fits = True
+    for prefix, ranges, _form in items:
+        for lo, n, w in ranges:
+            written = str(lo).zfill(w) if w == 0 or lo < 10 ** (w - 1) else str(lo)
+            width = len(written) if written.startswith("0") and len(written) > 1 else 0
+            widths.setdefault(prefix, set()).add(width)
+            fits = fits and (width == 0 or len(str(lo + n)) <= width)
+    if sure and fits and all(len(ws) == 1 for ws in widths.values()):
+        assert got is not None, expr
+
+
+def test_expression_items_of_a_large_group() -> None:
+    expr = "dgx-[00001-32428],dgx-[32429-50000],cpu-[1-9,10-99,100-13108]"
+    got = hostlist.expression_items(expr)
+    assert got is not None and hostlist.join_items(got) == "cpu-[1-13108],dgx-[00001-50000]"
+    assert hostlist.join_items(got) == compress(expand(expr))

@@ -229,10 +229,19 @@ class NodeGroup(Model):
 
     @property
     def node_hostlist(self) -> str:
-        """``hostnames`` as one Slurm hostlist (``hostlist.compress``'s text); a cloud group's from
-        its count, without a pass over its names."""
-        items = hostlist.numbered_items(*self.name_numbers) if self.name_numbers is not None else None
+        """``hostnames`` as one Slurm hostlist (``hostlist.compress``'s text), from
+        ``hostlist_items`` where they are known."""
+        items = self.hostlist_items
         return hostlist.join_items(items) if items is not None else hostlist.compress(self.hostnames)
+
+    @property
+    def hostlist_items(self) -> list[hostlist.Item] | None:
+        """``hostlist.compress_items`` of ``hostnames``, without a pass over the names: a cloud
+        group's from its count, an on-prem group's from the ranges of its ``hosts`` expression.
+        None where only compressing the names is sure (``hostlist.expression_items``)."""
+        if self.onprem is not None:
+            return hostlist.expression_items(self.onprem.hosts)
+        return hostlist.numbered_items(*self.name_numbers)  # type: ignore[misc]  # a cloud group has them
 
     @property
     def name_numbers(self) -> tuple[str, int, int] | None:

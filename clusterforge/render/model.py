@@ -54,19 +54,18 @@ class NodeSet:
     profile: HardwareProfile
     # compute nodes of an Auto Scaling group: State=CLOUD, NodeAddr learnt from registration
     cloud: bool = False
-    # a cloud group's names as (prefix, count, width) (NodeGroup.name_numbers): its hostlist then
-    # comes from the count, not from a pass over every name
-    numbered: tuple[str, int, int] | None = None
+    # the names' hostlist items as the spec gives them (NodeGroup.hostlist_items: a cloud group's
+    # count, an on-prem group's ranges), or None: then the names are compressed
+    known_items: tuple[hostlist.Item, ...] | None = None
 
     # Worked out once per node group (cached_property writes the instance dict, past the frozen
     # __setattr__): slurm.conf, gres.conf, the topology basis, the manifest and the daemon host
-    # lists all print it. Compressing names is linear in the group's nodes; a cloud group's
-    # hostlist is its count's (hostlist.numbered_items), so rendering grows with groups there.
+    # lists all print it. Compressing names is linear in the group's nodes; the spec's own
+    # numbers are not, so rendering grows with groups where the spec gives them.
     @cached_property
     def hostlist_items(self) -> list[hostlist.Item]:
         """The hostlist's items (``hostlist.compress_items``): partitions join their groups' items."""
-        items = hostlist.numbered_items(*self.numbered) if self.numbered is not None else None
-        return items if items is not None else hostlist.compress_items(self.names)
+        return list(self.known_items) if self.known_items is not None else hostlist.compress_items(self.names)
 
     @cached_property
     def hostlist(self) -> str:
@@ -81,6 +80,11 @@ class NodeSet:
     @property
     def gres(self) -> str | None:
         return f"gpu:{self.gpus.type}:{self.gpus.count}" if self.gpus else None
+
+
+def _known_items(group: NodeGroup) -> tuple[hostlist.Item, ...] | None:
+    items = group.hostlist_items
+    return tuple(items) if items is not None else None
 
 
 def _same_order(names: tuple[str, ...], addrs: tuple[str, ...]) -> bool:
@@ -217,5 +221,5 @@ def build_nodeset(rg: ResolvedGroup, reserve_mib: int) -> NodeSet:
         fabric=group.fabric_type,
         profile=p,
         cloud=group.is_cloud and group.role == "compute",
-        numbered=group.name_numbers,
+        known_items=_known_items(group),
     )

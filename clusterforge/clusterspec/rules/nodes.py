@@ -51,7 +51,7 @@ def unique_hosts(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
     # groups share a name; only an on-prem host can be a cloud group's. So a cloud group is matched
     # by its count against the on-prem hosts of its prefix, and 65,536 cloud nodes are never listed.
     owner: dict[str, str] = {}  # an on-prem group's host -> the first group that had it
-    by_prefix: dict[str, list[str]] = {}  # "<head>-" -> owner's hosts "<head>-<anything>"
+    by_prefix: dict[str, list[str]] = {}  # a cloud group's prefix -> owner's hosts that start with it
     clouds: dict[str, tuple[int, int, str]] = {}  # a cloud group's prefix -> its count, width, name
 
     def duplicate(g: NodeGroup, h: str, first: str) -> Finding:
@@ -61,6 +61,7 @@ def unique_hosts(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
             "rename the hosts of one group or remove the overlap.",
         )
 
+    cloud_prefixes = {g.name_numbers[0] for g in c.node_groups if g.name_numbers is not None}
     for g in c.node_groups:
         if g.name_numbers is not None:
             prefix, count, width = g.name_numbers
@@ -73,12 +74,13 @@ def unique_hosts(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
         for h in g.hostnames:
             first = owner.get(h)
             if first is None:
-                head, dash, digits = h.rpartition("-")
-                cloud = clouds.get(head + dash) if dash else None
-                first = cloud[2] if cloud is not None and _numbered(digits, cloud[0], cloud[1]) else None
-                owner[h] = first or g.name
-                if dash:
+                head, dash, digits = h.rpartition("-") if cloud_prefixes else ("", "", "")
+                if dash and head + dash in cloud_prefixes:  # a cloud group's prefix: it may be its name
+                    cloud = clouds.get(head + dash)
+                    if cloud is not None and _numbered(digits, cloud[0], cloud[1]):
+                        first = cloud[2]
                     by_prefix.setdefault(head + dash, []).append(h)
+                owner[h] = first or g.name
             if first is not None and first != g.name:
                 yield duplicate(g, h, first)
     addr_owner: dict[str, str] = {}
