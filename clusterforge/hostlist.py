@@ -16,9 +16,16 @@ instance; tests/test_nodename.py checks it against :func:`expand`.)
   refused. ``compress`` writes what ``scontrol show hostlistsorted`` writes.
   tests/test_hostlist_scontrol.py compares both with the real scontrol.
   Device files (``/dev/nvidia[0-7]``) and addresses (``10.0.0.[1-4]``) use it too.
+  ``numbered_items``, ``expression_items`` and ``union_items`` give ``compress``'s answer from a
+  cloud group's count, an expression's ranges or several sets' own items, without a pass over the
+  names (the render grows with node groups, not nodes); each is checked against ``compress``.
 * **integers** (``expand_ints`` / ``compress_ints``): the Linux CPU list format of
   ``/sys/devices/system/node/node0/cpulist`` and ``lscpu`` (``0-3,8,10-11``), which is also the
   body of a Slurm range set and what ``gres.conf`` ``Cores=`` takes.
+
+Over 500 lines in one module on purpose: the shortcuts above must write exactly what ``compress``
+writes (its padding rules and ``hostlist_sort``'s order), so they live beside it, and the cloud
+agent ships this one file.
 
 >>> expand("dgx-[001-003],cpu1")
 ['dgx-001', 'dgx-002', 'dgx-003', 'cpu1']
