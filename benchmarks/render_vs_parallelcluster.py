@@ -21,8 +21,9 @@ Both run end to end as subprocesses of the same interpreter, from bytecode compi
 figures: median wall time of each, the median of the per-pair ratios, and peak RSS (the child's
 ``ru_maxrss`` from ``wait4``); also each child's CPU time (user + system from the same ``wait4``),
 which a busy machine disturbs less than the wall time. ``--scaling`` adds a table of in-process
-resolve + render time for 2k-65k nodes in 4-256 node groups: it grows with groups, not nodes
-(``--onprem``: the same for on-prem groups).
+validate + resolve + render time for 2k-65k nodes in 4-256 node groups, each repeat from the
+spec's data: it grows with groups, not nodes (``--onprem``: the same for on-prem groups;
+``--addresses``: on-prem groups with their nodes' addresses, one range per /24).
 """
 
 from __future__ import annotations
@@ -302,10 +303,11 @@ def side_by_side(pairs: int, peer: Path) -> dict[str, Any]:
     }
 
 
-def scaling_spec(nodes: int, groups: int, onprem: bool = False) -> dict[str, Any]:
+def scaling_spec(nodes: int, groups: int, onprem: bool = False, addresses: bool = False) -> dict[str, Any]:
     """``nodes`` compute nodes in ``groups`` groups, alternately p5.48xlarge (EFA) and c7i.48xlarge;
     ``onprem``: the same hardware as on-prem groups whose hosts are one range each
-    (``<group>-[00001-NNNNN]``), no addresses."""
+    (``<group>-[00001-NNNNN]``); ``addresses``: and their addresses, 250 per /24 of group i's
+    10.i.0.0/16, one range per /24 (``10.i.0.[1-250],10.i.1.[1-250],...``)."""
     per = nodes // groups
     node_groups: list[dict[str, Any]] = [
         {"name": "head", "role": "controller", "cloud": {"instance_type": "m7i.4xlarge", "count": 1,
@@ -322,6 +324,9 @@ def scaling_spec(nodes: int, groups: int, onprem: bool = False) -> dict[str, Any
         if onprem:
             g = node_groups[-1]
             g["onprem"] = {"hosts": f"{g['name']}-[00001-{per:05d}]", "profile": g.pop("cloud")["instance_type"]}
+            if addresses:
+                g["onprem"]["addresses"] = ",".join(
+                    f"10.{i}.{k}.[1-{min(250, per - 250 * k)}]" for k in range((per + 249) // 250))
     return {
         "name": f"scale-{nodes}-{groups}",
         "slurm": {"version": "24.05"},
@@ -337,7 +342,7 @@ def scaling_spec(nodes: int, groups: int, onprem: bool = False) -> dict[str, Any
     }
 
 
-def scaling(repeat: int, onprem: bool = False) -> list[dict[str, Any]]:
+def scaling(repeat: int, onprem: bool = False, addresses: bool = False) -> list[dict[str, Any]]:
     sys.path.insert(0, str(ROOT))
     from clusterforge.clusterspec.models import Cluster
     from clusterforge.render import render
@@ -346,11 +351,13 @@ def scaling(repeat: int, onprem: bool = False) -> list[dict[str, Any]]:
     rows = []
     for nodes in (2048, 8192, 32768, 65536):
         for groups in (4, 16, 64, 256):
-            cluster = Cluster.model_validate(scaling_spec(nodes, groups, onprem))
+            data = scaling_spec(nodes, groups, onprem or addresses, addresses)
             best = float("inf")
             for _ in range(repeat):
+                # each repeat from the spec's data: the models cache what they list (hostnames),
+                # and a second pass over one model would not pay for it
                 t = time.perf_counter()
-                result = render(resolve(cluster, base_dir=ROOT))
+                result = render(resolve(Cluster.model_validate(data), base_dir=ROOT))
                 best = min(best, time.perf_counter() - t)
             conf = result.files["slurm/slurm.conf"].content
             rows.append({"nodes": nodes, "groups": groups, "render_ms": best * 1000,
@@ -367,6 +374,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="scaling: best of N renders per cell")
     ap.add_argument("--onprem", action="store_true",
                     help="scaling: on-prem groups (hosts given as one range each) instead of cloud groups")
+    ap.add_argument("--addresses", action="store_true",
+                    help="scaling: on-prem groups with addresses (one range per /24; implies --onprem)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--instructions", action="store_true",
                     help="only the instruction counts under valgrind's callgrind (one run each; minutes)")
@@ -384,7 +393,7 @@ def main() -> int:
     if not args.scaling_only:
         figures["side_by_side"] = side_by_side(args.pairs, materialise_peer(args.peer_repo))
     if args.scaling or args.scaling_only:
-        figures["scaling"] = scaling(args.repeat, args.onprem)
+        figures["scaling"] = scaling(args.repeat, args.onprem, args.addresses)
     if args.json:
         print(json.dumps(figures, indent=2))
         return 0
@@ -402,8 +411,8 @@ def main() -> int:
         print(f"  machine: {figures['cpus']} CPUs, Python {figures['python']}, load average "
               f"{s['load_1m'][0]:.2f} before, {s['load_1m'][1]:.2f} after")
     if "scaling" in figures:
-        print(f"resolve + render in process (best of {args.repeat}): ms, slurm.conf lines"
-              + ("; on-prem groups" if args.onprem else ""))
+        print(f"validate + resolve + render in process (best of {args.repeat}): ms, slurm.conf lines"
+              + ("; on-prem groups with addresses" if args.addresses else "; on-prem groups" if args.onprem else ""))
         groups = sorted({r["groups"] for r in figures["scaling"]})
         print("  nodes  " + "".join(f"{g:>8d} groups" for g in groups))
         for nodes in sorted({r["nodes"] for r in figures["scaling"]}):

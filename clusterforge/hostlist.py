@@ -19,13 +19,16 @@ instance; tests/test_nodename.py checks it against :func:`expand`.)
   ``numbered_items``, ``expression_items`` and ``union_items`` give ``compress``'s answer from a
   cloud group's count, an expression's ranges or several sets' own items, without a pass over the
   names (the render grows with node groups, not nodes); each is checked against ``compress``.
+  ``count``, ``name_stems``, ``stem_ranges``, ``edge_names`` and ``ordered_items`` answer what the
+  spec's checks and the ``NodeAddr=`` pairing ask of every name (how many, which could be equal,
+  which are valid, in which order) from the ranges; each is checked against ``expand``.
 * **integers** (``expand_ints`` / ``compress_ints``): the Linux CPU list format of
   ``/sys/devices/system/node/node0/cpulist`` and ``lscpu`` (``0-3,8,10-11``), which is also the
   body of a Slurm range set and what ``gres.conf`` ``Cores=`` takes.
 
 Over 500 lines in one module on purpose: the shortcuts above must write exactly what ``compress``
-writes (its padding rules and ``hostlist_sort``'s order), so they live beside it, and the cloud
-agent ships this one file.
+writes and read exactly what ``expand`` reads (its parse, padding rules and ``hostlist_sort``'s
+order), so they live beside them, and the cloud agent ships this one file.
 
 >>> expand("dgx-[001-003],cpu1")
 ['dgx-001', 'dgx-002', 'dgx-003', 'cpu1']
@@ -247,6 +250,121 @@ def expand(expr: str, *, field: str = "hostlist") -> list[str]:
     ['r1n01', 'r1n02', 'r2n01', 'r2n02']
     """
     return [name for literals, sets, _n in _parse(expr, field) for name in _names(literals, sets)]
+
+
+def count(expr: str, *, field: str = "hostlist") -> int:
+    """``len(expand(expr))`` (duplicates counted), from the expression's ranges: no name is built.
+    Errors are :func:`expand`'s, so it also checks an expression.
+
+    >>> count("r[1-2]n[01-02],login")
+    5
+    """
+    return sum(n for _literals, _sets, n in _parse(expr, field))
+
+
+def name_stems(expr: str, *, field: str = "hostlist") -> set[str] | None:
+    """The stems of the expression's names (each name's text before its trailing ASCII digits),
+    from its items: a plain name's own, and a range's literal's, since its names are the literal
+    and a number's digits. None where an item has several range sets (its names' stems depend on
+    the numbers). Equal names have equal stems, so two expressions with no stem in common share no
+    name.
+
+    >>> sorted(name_stems("head-01,dgx-[01-08],x9[1-2]"))
+    ['dgx-', 'head-', 'x']
+    """
+    stems: set[str] = set()
+    for literals, sets, _n in _parse(expr, field):
+        if len(sets) > 1:
+            return None
+        stems.add(literals[0].rstrip(_ASCII_DIGITS))  # a range ends its item (_parse_item)
+    return stems
+
+
+def edge_names(expr: str, *, field: str = "hostlist") -> list[str]:
+    """A few of the expression's names that stand for all of them in a check of each name as
+    text: per range of an item with one range set (``dgx-[001-128]``, ``10.0.5.[1-254]``), the
+    names of its first and last number of each digit count; the names of other items.
+
+    Each name of such an item is its literal and one number's ASCII digits. A check whose answer,
+    for one literal and one digit count, holds for a span of numbers (a DNS label's minds only the
+    count; an IP address's last part is good up to a bound, 255 or four hex digits, and its
+    leading zeros are fixed by the count) passes for every name exactly when it passes for these.
+
+    >>> edge_names("gpu-[1-3,08-10],login,r[1-2]n[1]")
+    ['gpu-1', 'gpu-3', 'gpu-08', 'gpu-10', 'login', 'r1n1', 'r2n1']
+    """
+    out: list[str] = []
+    for literals, sets, _n in _parse(expr, field):
+        if len(sets) != 1:
+            out.extend(_names(literals, sets))
+            continue
+        for lo, hi, w in sets[0]:
+            start = max(w, len(str(lo)))  # a number's digits as written: padded to w
+            for digits in range(start, max(w, len(str(hi))) + 1):
+                first = lo if digits == start else 10 ** (digits - 1)
+                last = min(hi, 10**digits - 1)
+                out.extend(dict.fromkeys(literals[0] + str(i).zfill(w) for i in (first, last)))
+    return out
+
+
+def stem_ranges(expr: str, *, field: str = "hostlist") -> dict[str, list[tuple[int, int]]] | None:
+    """The expression's names by stem (text before the trailing ASCII digits), each stem's numbers
+    as the ranges written, overlaps kept: for items that are one name ending in digits, or a
+    literal that does not end in a digit and one range set. None for other forms. Equal names have
+    one stem and one number, so a stem whose ranges do not overlap names no host twice.
+
+    >>> stem_ranges("10.0.5.[1-4,9],10.0.6.[1-2],10.0.5.10")
+    {'10.0.5.': [(1, 4), (9, 9), (10, 10)], '10.0.6.': [(1, 2)]}
+    """
+    out: dict[str, list[tuple[int, int]]] = {}
+    for literals, sets, _n in _parse(expr, field):
+        stem = literals[0].rstrip(_ASCII_DIGITS)
+        if not sets and stem != literals[0]:
+            number = int(literals[0][len(stem):])
+            out.setdefault(stem, []).append((number, number))
+        elif len(sets) == 1 and stem == literals[0]:
+            out.setdefault(stem, []).extend((lo, hi) for lo, hi, _w in sets[0])
+        else:
+            return None
+    return out
+
+
+def ordered_items(expr: str, *, field: str = "hostlist") -> list[Item] | None:
+    """:func:`expression_items` when their hostlist expands to the expression's own names in the
+    expression's order (its ranges ascend, each prefix's together, prefixes in hostlist order, as
+    ``dgx-[001-064]`` and ``10.0.5.[1-254],10.0.6.[1-254]`` do); None otherwise. A ``NodeName=``
+    hostlist and a ``NodeAddr=`` hostlist of two such expressions pair each name with its address
+    as the spec does (``render.model.NodeSet.addr_hostlist``)."""
+    items = expression_items(expr, field=field)
+    if items is None:
+        return None
+    return items if _runs(_parse(expr, field)) == _runs(_parse(join_items(items), field)) else None
+
+
+def _runs(parsed: list[_Item]) -> list[tuple[str, int, int, int]]:
+    """The names of one-range-set items as runs (literal, low, high, padding), neighbours of one
+    padding merged: two lists of equal runs expand to the same names in the same order."""
+    runs: list[tuple[str, int, int, int]] = []
+    for literals, sets, _n in parsed:  # no item of several range sets (expression_items answered)
+        ranges = sets[0] if sets else []
+        if not sets:  # one name, as a hostlist writes a range of one (dgx-[7] is dgx-7)
+            stem = literals[0].rstrip(_ASCII_DIGITS)
+            digits = literals[0][len(stem):]
+            if not digits:
+                runs.append((stem, -1, -1, 0))
+                continue
+            literals = [stem, ""]
+            ranges = [(int(digits), int(digits), len(digits) if digits[0] == "0" and len(digits) > 1 else 0)]
+        for lo, hi, w in ranges:
+            w = w if len(str(lo)) < w else 0  # a run whose numbers are all that wide is written unpadded
+            last = runs[-1] if runs else None
+            # the next number, written as the run before writes its numbers (n[001-099],n[100-200])
+            written_alike = last is not None and (w == last[3] or (not w and len(str(lo)) >= last[3]))
+            if last and written_alike and last[0] == literals[0] and last[2] + 1 == lo:
+                runs[-1] = (literals[0], last[1], hi, last[3])
+            else:
+                runs.append((literals[0], lo, hi, w))
+    return runs
 
 
 def _parse(expr: str, field: str) -> list[_Item]:

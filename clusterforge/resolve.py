@@ -1,10 +1,11 @@
 """Resolution: load → validate → resolve, once, in one place.
 
 ``resolve`` turns a spec into a ``ResolvedCluster``: the spec, every node group's hardware profile
-with discovered facts applied, its expanded host names and addresses, and the validation findings
-weighed against those resolved profiles. The renderer, the inventory, the local cluster, the Pulumi
-program, the plan and its cost estimate, and the diff all take this one object, so ``--facts DIR``
-means the same to every verb and no module looks a profile up on its own.
+with discovered facts applied, its host names and addresses (listed when first read), and the
+validation findings weighed against those resolved profiles. The renderer, the inventory, the
+local cluster, the Pulumi program, the plan and its cost estimate, and the diff all take this one
+object, so ``--facts DIR`` means the same to every verb and no module looks a profile up on its
+own.
 
 ``require_valid`` is the one refusal every verb that builds something uses (``render``, ``plan``,
 ``inventory``, ``configure``, ``local up``): a spec with errors is refused with its findings, exit 1.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +40,20 @@ class ResolvedGroup:
 
     spec: NodeGroup
     profile: HardwareProfile | None  # None only with an ``unknown-profile`` error finding
-    hosts: tuple[str, ...]
-    addresses: tuple[str, ...] | None  # on-prem addresses, paired with ``hosts``; None on cloud groups
     facts_hosts: tuple[str, ...] = ()  # the hosts whose discovered facts were applied
+
+    @cached_property
+    def hosts(self) -> tuple[str, ...]:
+        """Every node name of the group, listed on first use: the renderer takes a group's hostlist
+        from its counts and ranges (``NodeGroup.hostlist_items``), so rendering 65,536 cloud nodes
+        never lists them; the inventory, the check and the topology do."""
+        return tuple(self.spec.hostnames)
+
+    @cached_property
+    def addresses(self) -> tuple[str, ...] | None:
+        """On-prem addresses, paired with ``hosts``, listed on first use; None on cloud groups."""
+        on = self.spec.onprem
+        return tuple(hostlist.expand(on.addresses)) if on is not None and on.addresses else None
 
     @property
     def name(self) -> str:
@@ -123,17 +136,13 @@ def load_facts(facts_dir: Path, origin: str = "--facts") -> dict[str, Any]:
 
 
 def _resolve_group(g: NodeGroup, facts: dict[str, Any]) -> ResolvedGroup:
-    hosts = tuple(g.hostnames)
-    addresses = (
-        tuple(hostlist.expand(g.onprem.addresses)) if g.onprem is not None and g.onprem.addresses else None
-    )
     profile = get_profile(g.profile_name)
-    found = [h for h in hosts if h in facts] if facts else []
+    found = [h for h in g.hostnames if h in facts] if facts else []
     if profile is not None and found:
         from clusterforge.catalog.facts import apply_facts
 
         profile = apply_facts(profile, [facts[h] for h in found])
-    return ResolvedGroup(g, profile, hosts, addresses, tuple(found))
+    return ResolvedGroup(g, profile, tuple(found))
 
 
 def resolve(

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import contextlib
 import doctest
+import ipaddress
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -309,6 +312,120 @@ def test_expression_items_are_compress_of_the_names(
             fits = fits and (width == 0 or len(str(lo + n)) <= width)
     if sure and fits and all(len(ws) == 1 for ws in widths.values()):
         assert got is not None, expr
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")  # the spec's host name check, written out
+
+
+def _is_address(text: str) -> bool:  # the spec's address check, written out
+    with contextlib.suppress(ValueError):
+        return bool(ipaddress.ip_address(text))
+    return False
+
+
+def _expression(items: list[tuple[str, list[tuple[int, int, int]], str]]) -> str:
+    parts = []
+    for prefix, ranges, form in items:
+        body = ",".join(str(lo).zfill(w) if n == 0 else f"{str(lo).zfill(w)}-{str(lo + n).zfill(w)}" for lo, n, w in ranges)
+        parts.append({"range": f"{prefix}[{body}]", "plain": f"{prefix}7", "two ranges": f"{prefix}[1-2]x[{body}]"}[form])
+    return ",".join(parts)
+
+
+_RANGES = st.lists(st.tuples(st.integers(0, 1200), st.integers(0, 15), st.sampled_from([0, 2, 3, 5])), min_size=1, max_size=3)
+_FORMS = st.sampled_from(["range", "range", "plain", "two ranges"])
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(
+    # prefixes a check of the characters or the length refuses, at the 63-character edge too
+    st.sampled_from(["dgx-", "n", "", "x9", "Gpu-", "-x", "a_b", "r" * 58, "r" * 60 + "-", "r" * 62]), _RANGES, _FORMS,
+), min_size=1, max_size=4))
+def test_count_stems_and_edge_names_stand_for_the_names(items: list[tuple[str, list[tuple[int, int, int]], str]]) -> None:
+    """count is len(expand); name_stems is the set of the expanded names' stems wherever it
+    answers, and it answers without a two-range item; edge_names are names of the expression
+    and pass the DNS-label check exactly when every name does."""
+    expr = _expression(items)
+    names = expand(expr)
+    assert hostlist.count(expr) == len(names)
+    stems = hostlist.name_stems(expr)
+    assert (stems is None) == any(form == "two ranges" for _p, _r, form in items), expr
+    if stems is not None:
+        assert stems == {n.rstrip("0123456789") for n in names}, expr
+    edges = hostlist.edge_names(expr)
+    assert set(edges) <= set(names)
+    assert all(_DNS_LABEL.fullmatch(n) for n in edges) == all(_DNS_LABEL.fullmatch(n) for n in names), expr
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(
+    # the last octet or group, a literal ending in a digit (10.0.0.1[0-5]), too few octets, an
+    # IPv4 tail in IPv6, hex groups of one to four digits, a scope
+    st.sampled_from(["10.0.5.", "10.0.0.1", "10.0.0.25", "10.0.", "300.1.1.", "fd00::", "fd00::ab", "fd00::abc",
+                     "::ffff:10.0.0.", "fe80::1%", "10.0.0.0"]), _RANGES, _FORMS,
+), min_size=1, max_size=3))
+def test_edge_addresses_stand_for_the_addresses(items: list[tuple[str, list[tuple[int, int, int]], str]]) -> None:
+    """edge_names pass the spec's address check (ipaddress.ip_address) exactly when every
+    address does; stem_ranges are the expanded addresses' stems and numbers wherever it answers."""
+    expr = _expression(items)
+    names = expand(expr)
+    edges = hostlist.edge_names(expr)
+    assert set(edges) <= set(names)
+    assert all(map(_is_address, edges)) == all(map(_is_address, names)), expr
+    stems = hostlist.stem_ranges(expr)
+    sure = all(form != "two ranges" and (form == "plain" or not prefix[-1:].isdigit()) for prefix, _r, form in items)
+    assert (stems is not None) == sure, expr
+    if stems is not None:
+        want: dict[str, list[int]] = {}
+        for n in names:
+            stem = n.rstrip("0123456789")
+            want.setdefault(stem, []).append(int(n[len(stem):]))
+        assert {s: sorted(i for lo, hi in rs for i in range(lo, hi + 1)) for s, rs in stems.items()} == {
+            s: sorted(ns) for s, ns in want.items()}, expr
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(["dgx-", "n", "10.0.5.", "10.0.6.", "rack1-n"]), _RANGES,
+                          st.sampled_from(["range", "range", "range", "plain"])), min_size=1, max_size=4))
+def test_ordered_items_expand_to_the_names_in_their_order(items: list[tuple[str, list[tuple[int, int, int]], str]]) -> None:
+    """Whenever ordered_items answers, its hostlist expands to the expression's names in the
+    expression's order; and it answers for ascending ranges of one prefix written one way."""
+    expr = _expression(items)
+    got = hostlist.ordered_items(expr)
+    if got is not None:
+        assert expand(hostlist.join_items(got)) == expand(expr), expr
+    elif hostlist.expression_items(expr) is not None:
+        assert expand(compress(expand(expr))) != expand(expr), expr
+
+
+@pytest.mark.parametrize(("expr", "hostlist_text"), [
+    ("dgx-[00001-32768]", "dgx-[00001-32768]"),
+    ("10.0.5.[1-254],10.0.6.[1-254],10.0.10.[1-3]", "10.0.5.[1-254],10.0.6.[1-254],10.0.10.[1-3]"),
+    ("n[001-099],n[100-200]", "n[001-200]"),   # the unpadded numbers are as wide as the padding
+    ("n[01-09],n[10-12],n[13]", "n[01-13]"),
+    ("n[1-3],n[4-9]", "n[1-9]"),
+    ("n[7]", "n7"),
+])
+def test_ordered_items_of_ascending_expressions(expr: str, hostlist_text: str) -> None:
+    got = hostlist.ordered_items(expr)
+    assert got is not None and hostlist.join_items(got) == hostlist_text
+
+
+@pytest.mark.parametrize("expr", [
+    "10.0.6.[1-254],10.0.5.[1-254]",   # /24s out of hostlist order
+    "n[4-9],n[1-3]",                   # ranges descending
+    "n[1-5],n[3-7]",                   # overlapping: the hostlist drops the repeats
+    "n[10-12],n[01-09]",
+])
+def test_ordered_items_refuse_another_order(expr: str) -> None:
+    assert hostlist.ordered_items(expr) is None
+    assert expand(compress(expand(expr))) != expand(expr)
+
+
+def test_edge_names_take_each_digit_count_of_a_range() -> None:
+    assert hostlist.edge_names("gpu-[998-999,1000,7]") == ["gpu-998", "gpu-999", "gpu-1000", "gpu-7"]
+    assert hostlist.edge_names("n[0001-0002,5-60000]") == [
+        "n0001", "n0002", "n5", "n9", "n10", "n99", "n100", "n999", "n1000", "n9999", "n10000", "n60000"]
+    assert hostlist.count("n[0001-0002,5-99],login,a[1-3]b[1-2]") == 2 + 95 + 1 + 6
 
 
 def test_expression_items_of_a_large_group() -> None:

@@ -477,3 +477,36 @@ def test_hostlists_from_counts_are_the_names_compressed(name: str) -> None:
         groups = next(x for x in spec.partitions if x.name == p.name).node_groups if spec.partitions else [
             n.group for n in m.compute]
         assert p.nodes == hostlist.compress([h for g in groups for h in by_group[g].names]), p.name
+
+
+def test_a_large_cluster_is_rendered_without_listing_its_compute_nodes() -> None:
+    """65,536 compute nodes, half a cloud group and half an on-prem range with an address range
+    per /24: parsing, the rules, resolve and render take every count, check and hostlist from the
+    counts and ranges, so no compute group's names or addresses are listed
+    (``NodeGroup.hostnames``, ``NodeSet.names`` and ``NodeSet.addresses``, cached properties, stay
+    unset), and the hostlists are the names' and addresses' own."""
+    from clusterforge import hostlist
+    from clusterforge.clusterspec import parse_spec
+    from clusterforge.render import render
+
+    data = yaml.safe_load((EXAMPLES / "hybrid.yaml").read_text())
+    addresses = ",".join(f"10.50.{i}.[0-255]" for i in range(128))
+    for g in data["node_groups"]:
+        if g["name"] == "dgx":
+            g["onprem"] = {"hosts": "dgx-[00001-32768]", "addresses": addresses, "profile": "dgx-h100"}
+        elif g["name"] == "burst":
+            g["cloud"]["count"] = 32768
+    data["topology"] = {}
+    spec = parse_spec(data)
+    result = render(resolve(spec, base_dir=EXAMPLES))
+    compute = [g for g in spec.node_groups if g.role == "compute"]
+    assert [g.name for g in compute if "hostnames" in g.__dict__] == []
+    conf = result.files["slurm/slurm.conf"].content
+    assert "PartitionName=onprem Nodes=dgx-[00001-32768] " in conf
+    assert f"NodeName=dgx-[00001-32768] NodeAddr={hostlist.compress(hostlist.expand(addresses))} " in conf
+    assert "PartitionName=burst Nodes=burst-[00001-32768] " in conf
+    m = build_model(resolve(spec, base_dir=EXAMPLES))
+    assert [n.group for n in m.compute if "names" in n.__dict__ or "addresses" in n.__dict__] == []
+    assert [n.count for n in m.compute] == [32768, 32768]
+    for g in compute:  # the names, listed only now, are what the hostlists say
+        assert hostlist.compress(g.hostnames) == {"dgx": "dgx-[00001-32768]", "burst": "burst-[00001-32768]"}[g.name]

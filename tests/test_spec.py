@@ -538,3 +538,110 @@ def test_unique_hosts_finds_every_duplicate_without_listing_cloud_nodes() -> Non
         seen_cases["onprem first"] += sum(1 for a, b in kinds if not a and b)
         seen_cases["onprem twice"] += sum(1 for a, b in kinds if not a and not b)
     assert all(n > 10 for n in seen_cases.values()), seen_cases
+
+
+def test_unique_hosts_proves_range_groups_apart_without_listing_them() -> None:
+    """On-prem groups whose ranges have prefixes of their own are not listed, and the findings
+    stay the name-by-name pass's: seeded mixes whose on-prem ranges take their own prefix, one
+    another group has too, or a cloud group's (inside its count and outside it)."""
+    import random
+
+    from clusterforge.clusterspec.rules.base import RuleContext
+    from clusterforge.clusterspec.rules.nodes import unique_hosts
+
+    rng = random.Random(17_066)
+    base = raw("hybrid.yaml")
+    seen = {"apart, not listed": 0, "listed, duplicates": 0, "listed, none": 0}
+    for _ in range(150):
+        groups: list[dict[str, Any]] = [_g(base, "head")]
+        cloud = rng.sample(["burst", "gpu", "c1"], rng.randint(0, 2))
+        for name in cloud:
+            groups.append({"name": name, "role": "compute", "cloud": {
+                "instance_type": "c7i.48xlarge", "count": rng.choice([5, 12, 120]), "subnet": "private-b"}})
+        for k in range(rng.randint(1, 3)):
+            items = []
+            for _ in range(rng.randint(1, 2)):
+                prefix = rng.choice([f"rack{k}-n", f"rack{k}-n", f"rack{k}-n", "shared-", *(f"{c}-" for c in cloud)])
+                lo, w = rng.randint(1, 130), rng.choice([0, 3])
+                items.append(f"{prefix}[{str(lo).zfill(w)}-{str(lo + rng.randint(0, 20)).zfill(w)}]")
+            if rng.random() < 0.1:
+                items.append(f"rack{k}-login")  # a name without a range: its group is listed
+            groups.append({"name": f"rack{k}", "role": "compute",
+                           "onprem": {"hosts": ",".join(items), "profile": "dgx-h100"}})
+        rng.shuffle(groups)
+        c = parse_spec(copy.deepcopy(base) | {"node_groups": groups, "partitions": [], "topology": {}})
+        for g in c.node_groups:
+            g.__dict__.pop("hostnames", None)  # cached_property: listed again only if the rule lists it
+        got = [(f.code, f.path, f.value, f.why.split("'")[1]) for f in unique_hosts(c, RuleContext(ROOT, {}, None))]
+        listed = any("hostnames" in g.__dict__ for g in c.node_groups if g.onprem is not None)
+        want = _unique_hosts_by_name(c)
+        assert got == want, [g.get("onprem", g.get("cloud")) for g in groups]
+        seen["listed, duplicates" if want else "listed, none" if listed else "apart, not listed"] += 1
+    assert all(n > 10 for n in seen.values()), seen
+
+
+@pytest.mark.parametrize(("hosts", "bad"), [
+    ("dgx-[01-08],Dgx-[1-3]", "Dgx-1"),                     # the first bad name, not the range's widest
+    ("r" * 60 + "-[98-100],dgx-1", "r" * 60 + "-100"),      # 64 characters, only from 100 on
+    ("dgx-[1-2],-x[1-2]", "-x1"),
+])
+def test_a_bad_host_name_is_named_in_the_spec_order(hosts: str, bad: str) -> None:
+    data = raw("hybrid.yaml")
+    _g(data, "dgx")["onprem"] = {"hosts": hosts, "profile": "dgx-h100"}
+    with pytest.raises(SpecError) as exc:
+        parse_spec(data, "hybrid.yaml")
+    assert f"host name {bad!r} is not a valid lower-case DNS label" in str(exc.value)
+
+
+def test_a_range_of_valid_host_names_parses_up_to_the_63_character_edge() -> None:
+    data = raw("hybrid.yaml")
+    _g(data, "dgx")["onprem"] = {"hosts": "r" * 60 + "-[1-99]", "profile": "dgx-h100"}
+    spec = parse_spec(data, "hybrid.yaml")
+    assert len(next(g for g in spec.node_groups if g.name == "dgx").hostnames) == 99
+
+
+def test_duplicate_addresses_are_found_from_ranges_as_from_every_address() -> None:
+    """Groups whose address stems (10.0.1.) are their own and whose ranges there are apart are
+    not listed; the findings stay those of a pass over every address, in its order: seeded
+    mixes of address ranges shared between groups, overlapping in one group, and plain ones."""
+    import random
+
+    from clusterforge import hostlist
+    from clusterforge.clusterspec.rules.base import RuleContext
+    from clusterforge.clusterspec.rules.nodes import _addresses_apart, unique_hosts
+
+    rng = random.Random(17_067)
+    base = raw("hybrid.yaml")
+    seen = {"apart, not listed": 0, "listed, duplicates": 0, "listed, none": 0}
+    for _ in range(150):
+        groups: list[dict[str, Any]] = [_g(base, "head")]
+        for k in range(rng.randint(1, 3)):
+            items = []
+            for _ in range(rng.randint(1, 3)):
+                stem = rng.choice([f"10.1.{k}.", f"10.1.{k}.", f"10.2.{k}.", "10.0.1."])
+                lo = rng.randint(1, 200)
+                form = rng.random()
+                if form < 0.1:
+                    items.append(f"{stem}{lo}")
+                elif form < 0.15:
+                    items.append(f"10.3.[{k}-{k + 1}].[1-2]")  # two range sets: listed
+                else:
+                    items.append(f"{stem}[{lo}-{min(255, lo + rng.randint(0, 20))}]")
+            addresses = ",".join(items)
+            groups.append({"name": f"rack{k}", "role": "compute", "onprem": {
+                "hosts": f"rack{k}-n[1-{hostlist.count(addresses)}]", "addresses": addresses, "profile": "dgx-h100"}})
+        c = parse_spec(copy.deepcopy(base) | {"node_groups": groups, "partitions": [], "topology": {}})
+        want = []
+        owner: dict[str, str] = {}
+        for i, g in enumerate(c.node_groups):  # the reference: every address of every group in turn
+            for a in hostlist.expand(g.onprem.addresses) if g.onprem and g.onprem.addresses else []:
+                if a in owner:
+                    want.append(("duplicate-address", f"node_groups[{i}].onprem.addresses", a, owner[a]))
+                owner.setdefault(a, g.name)
+        got = [(f.code, f.path, f.value, f.why.split("'")[1]) for f in unique_hosts(c, RuleContext(ROOT, {}, None))
+               if f.code == "duplicate-address"]
+        assert got == want, addresses
+        apart = _addresses_apart(c)
+        assert not (apart and want)
+        seen["apart, not listed" if apart else "listed, duplicates" if want else "listed, none"] += 1
+    assert all(n > 10 for n in seen.values()), seen

@@ -167,9 +167,9 @@ class OnPremNodes(Model):
 
     @model_validator(mode="after")
     def _addresses_match_hosts(self) -> Self:
-        n_hosts = len(hostlist.expand(self.hosts))
+        n_hosts = hostlist.count(self.hosts)
         if self.addresses is not None:
-            n_addr = len(hostlist.expand(self.addresses))
+            n_addr = hostlist.count(self.addresses)
             if n_addr != n_hosts:
                 raise ValueError(
                     f"addresses {self.addresses!r} lists {n_addr} addresses for {n_hosts} hosts "
@@ -226,6 +226,13 @@ class NodeGroup(Model):
             return hostlist.expand(self.onprem.hosts)
         prefix, count, width = self.name_numbers  # type: ignore[misc]  # a cloud group has them
         return [f"{prefix}{i:0{width}d}" for i in range(1, count + 1)]
+
+    @property
+    def node_count(self) -> int:
+        """How many nodes the group has: a cloud group's count without listing its names."""
+        if self.onprem is not None:
+            return hostlist.count(self.onprem.hosts)  # from its ranges, as long as hostnames is
+        return self.cloud.count if self.cloud is not None else 0  # a group has one of the two
 
     @property
     def node_hostlist(self) -> str:
@@ -637,9 +644,7 @@ class Cluster(Model):
     @classmethod
     def _bounded_hosts(cls, groups: list[NodeGroup]) -> list[NodeGroup]:
         # each group is bounded by its own field; this bounds the sum before anything expands it
-        total = sum(
-            g.cloud.count if g.cloud is not None else len(g.hostnames) for g in groups if g.role == "compute"
-        )
+        total = sum(g.node_count for g in groups if g.role == "compute")
         if total > MAX_HOSTS:
             raise ValueError(
                 f"the compute node groups hold {total} hosts: the implicit partition names every compute host "

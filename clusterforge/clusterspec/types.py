@@ -38,15 +38,23 @@ def _cidr(v: str) -> str:
 
 def _hostlist(v: str) -> str:
     try:
-        hostlist.expand(v)
+        hostlist.count(v)
     except hostlist.HostlistError as exc:
         raise ValueError(f"{exc}; write host sets like dgx-[001-032] or node1,node2") from None
     return v
 
 
+_DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+
+
 def _hostnames(v: str) -> str:
+    # A label's check minds the characters and the length, not which digits: a range's edge names
+    # stand for it (hostlist.edge_names), so 65,536 hosts are not listed to check them. Only a bad
+    # one lists them, for the first bad name in the spec's order.
+    if all(_DNS_LABEL.fullmatch(name) for name in hostlist.edge_names(v)):
+        return v
     for name in hostlist.expand(v):
-        if not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", name):
+        if not _DNS_LABEL.fullmatch(name):
             raise ValueError(
                 f"host name {name!r} is not a valid lower-case DNS label (letters, digits, '-'; "
                 "at most 63 characters; no leading or trailing '-')"
@@ -54,7 +62,19 @@ def _hostnames(v: str) -> str:
     return v
 
 
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _addresses(v: str) -> str:
+    # a range's edge addresses stand for it, as a label's edge names do (hostlist.edge_names: the
+    # last part of an address is good up to a bound, its leading zeros fixed by its digit count)
+    if all(_is_address(addr) for addr in hostlist.edge_names(v)):
+        return v
     for addr in hostlist.expand(v):
         try:
             ipaddress.ip_address(addr)

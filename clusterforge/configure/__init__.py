@@ -233,7 +233,7 @@ def configure(
     # where ansible-runner's folder goes (refused before anything is written)
     from clusterforge.configure.workdir import RunnerTmpError, runner_parent
 
-    hosts = sum(len(g.hostnames) for g in cluster.node_groups)
+    hosts = sum(g.node_count for g in cluster.node_groups)
     try:
         parent = runner_parent(hosts)
     except RunnerTmpError as e:

@@ -303,7 +303,7 @@ def render(rc: ResolvedCluster) -> RenderResult:
         """Which hosts run each daemon that reads a file: slurmctld and slurmdbd on the controller,
         slurmd on the file's compute groups."""
         if "slurmd" in daemons and groups not in slurmd_hosts:
-            members = [n for n in m.compute if n.group in groups and n.names]
+            members = [n for n in m.compute if n.group in groups and n.count]
             slurmd_hosts[groups] = _union_hostlist(members) if members else ""
         out = {"slurmctld": ctl_hosts, "slurmdbd": ctl_hosts, "slurmd": slurmd_hosts.get(groups, "")}
         return tuple((d, out[d]) for d in ("slurmctld", "slurmdbd", "slurmd") if d in daemons and out[d])
@@ -316,7 +316,7 @@ def render(rc: ResolvedCluster) -> RenderResult:
     layout = _layout(sections, dbd, mariadb_datadir(c))
     add(
         "slurm/slurm.conf", "slurm.conf.j2", f"{SLURM_CONF}/slurm.conf", all_groups, ("slurmctld", "slurmd"),
-        sections=sections, nodes=nodes, node_count=sum(len(n.names) for n in m.compute),
+        sections=sections, nodes=nodes, node_count=sum(n.count for n in m.compute),
         partitions=partitions,
     )
     if m.has_gpus:

@@ -273,7 +273,7 @@ def _overview(m: ClusterModel) -> _Board:
                "(rendered by clusterforge from the spec).", [_group_var(groups, "The")])
     b.row("Hosts (up: node exporter answers)")
     for n in m.nodesets:
-        expected = len(n.names)
+        expected = n.count
         steps: list[tuple[float, str]] = (
             [(0, BLUE)] if n.cloud else [(0, RED), (expected, GREEN)] if expected > 1 else [(0, RED), (1, GREEN)]
         )
@@ -286,8 +286,8 @@ def _overview(m: ClusterModel) -> _Board:
     if nvidia and c.monitoring.dcgm_exporter:
         for n in nvidia:
             assert n.gpus is not None
-            total = n.gpus.count * len(n.names)
-            b.stat(f"{n.group}: GPUs reporting", f"{n.gpus.count} {n.gpus.type} per node x {len(n.names)} nodes "
+            total = n.gpus.count * n.count
+            b.stat(f"{n.group}: GPUs reporting", f"{n.gpus.count} {n.gpus.type} per node x {n.count} nodes "
                    f"= {total}; fewer means a GPU fell off the bus (alert GpuMissing).",
                    Query(f'count(DCGM_FI_DEV_GPU_TEMP{{job="dcgm",node_group="{n.group}"}}) or vector(0)'),
                    steps=[(0, BLUE)] if n.cloud else [(0, RED), (total, GREEN)])
@@ -348,7 +348,7 @@ def _gpus(m: ClusterModel) -> _Board | None:
     sel = 'job="dcgm",node_group=~"$node_group",instance=~"$instance"'
     gpu = "{{instance}} GPU {{gpu}}"
     reasons = f"DCGM_FI_DEV_CLOCKS_EVENT_REASONS{{{sel}}}"
-    expected = " + ".join(f"{n.gpus.count} x {len(n.names)} ({n.group})" for n in nvidia if n.gpus)
+    expected = " + ".join(f"{n.gpus.count} x {n.count} ({n.group})" for n in nvidia if n.gpus)
     b.row("Now")
     b.stat("GPUs reporting", f"GPUs dcgm-exporter reports; the spec has {expected}.",
            Query(f"count(DCGM_FI_DEV_GPU_TEMP{{{sel}}}) or vector(0)"))

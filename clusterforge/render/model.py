@@ -5,6 +5,7 @@ Every rendered file is printed from these objects; no template derives a hardwar
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -39,8 +40,13 @@ class NodeSet:
 
     group: str
     role: str
-    names: tuple[str, ...]
-    addresses: tuple[str, ...] | None
+    count: int  # how many nodes: len(names), known without listing them
+    # lists the node names when something first reads ``names`` (ResolvedGroup.hosts): the
+    # hostlists come from known_items, so rendering 65,536 cloud nodes lists none of them
+    list_names: Callable[[], tuple[str, ...]] = field(compare=False, repr=False)
+    # on-prem addresses, paired with the names (ResolvedGroup.addresses), listed on first read
+    list_addresses: Callable[[], tuple[str, ...] | None] = field(compare=False, repr=False)
+    addressed: bool  # whether the spec gives addresses (slurm.conf NodeAddr=)
     cpus: int
     boards: int | None
     sockets: int | None
@@ -57,11 +63,26 @@ class NodeSet:
     # the names' hostlist items as the spec gives them (NodeGroup.hostlist_items: a cloud group's
     # count, an on-prem group's ranges), or None: then the names are compressed
     known_items: tuple[hostlist.Item, ...] | None = None
+    # the addresses' hostlist items when names and addresses are both written in hostlist order
+    # (hostlist.ordered_items), so the two hostlists pair them as the spec does; else None
+    known_addr_items: tuple[hostlist.Item, ...] | None = None
 
-    # Worked out once per node group (cached_property writes the instance dict, past the frozen
-    # __setattr__): slurm.conf, gres.conf, the topology basis, the manifest and the daemon host
-    # lists all print it. Compressing names is linear in the group's nodes; the spec's own
-    # numbers are not, so rendering grows with groups where the spec gives them.
+    # Listed once, on first read (cached_property writes the instance dict, past the frozen
+    # __setattr__): only a group with one NodeName line per node, and the consumers past the
+    # render (inventory, check), read them.
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        """Every node name, in the spec's order."""
+        return self.list_names()
+
+    @cached_property
+    def addresses(self) -> tuple[str, ...] | None:
+        """Every node's address, paired with ``names``; None without addresses."""
+        return self.list_addresses()
+
+    # Worked out once per node group: slurm.conf, gres.conf, the topology basis, the manifest and
+    # the daemon host lists all print it. Compressing names is linear in the group's nodes; the
+    # spec's own numbers are not, so rendering grows with groups where the spec gives them.
     @cached_property
     def hostlist_items(self) -> list[hostlist.Item]:
         """The hostlist's items (``hostlist.compress_items``): partitions join their groups' items."""
@@ -73,9 +94,15 @@ class NodeSet:
 
     @cached_property
     def addr_hostlist(self) -> str | None:
-        if self.addresses is None:
+        """``NodeAddr=`` for the group's one ``NodeName=`` line, or None: without addresses, or
+        when the two hostlists would not pair the names with their addresses (then one line per
+        node)."""
+        if not self.addressed:
             return None
-        return hostlist.compress(self.addresses) if _same_order(self.names, self.addresses) else None
+        if self.known_addr_items is not None:
+            return hostlist.join_items(self.known_addr_items)
+        addrs = self.addresses or ()  # addressed: the spec gives them
+        return hostlist.compress(addrs) if _same_order(self.names, addrs) else None
 
     @property
     def gres(self) -> str | None:
@@ -84,6 +111,14 @@ class NodeSet:
 
 def _known_items(group: NodeGroup) -> tuple[hostlist.Item, ...] | None:
     items = group.hostlist_items
+    return tuple(items) if items is not None else None
+
+
+def _known_addr_items(group: NodeGroup) -> tuple[hostlist.Item, ...] | None:
+    on = group.onprem
+    if on is None or not on.addresses or hostlist.ordered_items(on.hosts) is None:
+        return None
+    items = hostlist.ordered_items(on.addresses)
     return tuple(items) if items is not None else None
 
 
@@ -205,8 +240,10 @@ def build_nodeset(rg: ResolvedGroup, reserve_mib: int) -> NodeSet:
     return NodeSet(
         group=group.name,
         role=group.role,
-        names=rg.hosts,
-        addresses=rg.addresses,
+        count=group.node_count,
+        list_names=lambda: rg.hosts,
+        list_addresses=lambda: rg.addresses,
+        addressed=group.onprem is not None and bool(group.onprem.addresses),
         cpus=cpus,
         boards=1 if known else None,
         sockets=p.sockets if known else None,
@@ -222,4 +259,5 @@ def build_nodeset(rg: ResolvedGroup, reserve_mib: int) -> NodeSet:
         profile=p,
         cloud=group.is_cloud and group.role == "compute",
         known_items=_known_items(group),
+        known_addr_items=_known_addr_items(group),
     )

@@ -335,14 +335,14 @@ def node_fields(n: NodeSet) -> list[dict[str, Any]]:
         layout = "socket layout unknown (CPUs only)"
     p = n.profile
     comments = [
-        f"{n.group}: {len(n.names)} x {p.name}, {layout}, RealMemory = OS-visible memory "
+        f"{n.group}: {n.count} x {p.name}, {layout}, RealMemory = OS-visible memory "
         "less slurm.os_memory_reserve_mib",
         *_source_lines((("CPU layout", p.source_of("cpu_layout")), ("memory", p.source_of("memory")))),
     ]
-    if n.addresses is not None and n.addr_hostlist is None:
+    if n.addressed and n.addr_hostlist is None:
         return [
             {"comments": comments if i == 0 else [], "group": n.group, **_pairs(one(name, addr))}
-            for i, (name, addr) in enumerate(zip(n.names, n.addresses, strict=True))
+            for i, (name, addr) in enumerate(zip(n.names, n.addresses or (), strict=True))
         ]
     return [{"comments": comments, "group": n.group, **_pairs(one(n.hostlist, n.addr_hostlist))}]
 

@@ -89,7 +89,7 @@ def tree_basis(cluster: Cluster, nodesets: tuple[NodeSet, ...]) -> dict[str, Any
         "leaves": {k: hostlist.compress(v) for k, v in leaves.items()},
         "comments": comments,
         "compute": [
-            [n.group, n.hostlist if n.names else "", n.group in cloud]
+            [n.group, n.hostlist if n.count else "", n.group in cloud]
             for n in nodesets
             if n.role == "compute"
         ],

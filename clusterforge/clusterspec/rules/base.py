@@ -69,7 +69,7 @@ def gpu_nodes(cluster: Cluster, ctx: RuleContext) -> int:
     for g in cluster.node_groups:
         p = ctx.profile(g)
         if g.role == "compute" and p is not None and p.gpu is not None:
-            n += len(g.hostnames)
+            n += g.node_count
     return n
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import pairwise
 
 from clusterforge import hostlist
 from clusterforge.catalog import profile_names
@@ -28,7 +29,7 @@ def profiles_exist(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
 @rule
 def one_controller(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
     ctl = c.groups_with_role("controller")
-    hosts = sum(len(g.hostnames) for g in ctl)
+    hosts = sum(g.node_count for g in ctl)
     if len(ctl) != 1 or hosts not in (1, 2):
         yield Finding(
             Level.ERROR, "controller-count", "node_groups[*].role", f"{len(ctl)} group(s), {hosts} host(s)",
@@ -62,7 +63,8 @@ def unique_hosts(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
         )
 
     cloud_prefixes = {g.name_numbers[0] for g in c.node_groups if g.name_numbers is not None}
-    for g in c.node_groups:
+    # on-prem groups whose ranges cannot meet need no pass over their names either
+    for g in () if _apart_by_stem(c, cloud_prefixes) else c.node_groups:
         if g.name_numbers is not None:
             prefix, count, width = g.name_numbers
             # its names among them, in the order its names run: one prefix and one width, so the
@@ -84,7 +86,8 @@ def unique_hosts(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
             if first is not None and first != g.name:
                 yield duplicate(g, h, first)
     addr_owner: dict[str, str] = {}
-    for g in c.node_groups:
+    # groups whose addresses' stems (10.0.5.) are their own, each stem's ranges apart, share none
+    for g in () if _addresses_apart(c) else c.node_groups:
         if g.onprem and g.onprem.addresses:
             for a in hostlist.expand(g.onprem.addresses):
                 if a in addr_owner:
@@ -93,6 +96,45 @@ def unique_hosts(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
                         f"address is also used by group {addr_owner[a]!r}.", "give every host its own address.",
                     )
                 addr_owner.setdefault(a, g.name)
+
+
+def _apart_by_stem(c: Cluster, cloud_prefixes: set[str]) -> bool:
+    """Whether no two groups can share a host, seen from the on-prem groups' expressions alone. A
+    name's stem is its text before its trailing ASCII digits; equal names have equal stems. An
+    on-prem group's stems come from its items (``hostlist.name_stems``), a cloud group's is its
+    ``<group>-``. So groups whose stems are each their own share no name. Duplicates inside one
+    group are not findings (a name's first group is its own). So 65,536 on-prem hosts in groups of
+    their own are never listed."""
+    owner: dict[str, str] = {}  # an on-prem stem -> its group
+    for g in c.node_groups:
+        if g.onprem is None:
+            continue
+        stems = hostlist.name_stems(g.onprem.hosts)
+        if stems is None:
+            return False
+        for stem in stems:
+            if stem in cloud_prefixes or owner.setdefault(stem, g.name) != g.name:
+                return False
+    return True
+
+
+def _addresses_apart(c: Cluster) -> bool:
+    """Whether no address is listed twice, seen from the address expressions' ranges alone: each
+    stem (``10.0.5.``) in one group, and its ranges there apart (``hostlist.stem_ranges``). Equal
+    addresses have one stem and one number. Unlike host names, an address twice in one group is
+    a finding, hence the ranges' check."""
+    owner: dict[str, str] = {}  # a stem -> its group
+    for g in c.node_groups:
+        if g.onprem is None or not g.onprem.addresses:
+            continue
+        stems = hostlist.stem_ranges(g.onprem.addresses)
+        if stems is None:
+            return False
+        for stem, ranges in stems.items():
+            ordered = sorted(ranges)
+            if owner.setdefault(stem, g.name) != g.name or any(b[0] <= a[1] for a, b in pairwise(ordered)):
+                return False
+    return True
 
 
 def _numbered(digits: str, count: int, width: int) -> bool:

@@ -52,7 +52,7 @@ def state_mount(c: Cluster) -> str | None:
 def state_storage(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
     st = c.slurm.state_storage
     ctl = c.groups_with_role("controller")
-    hosts = sum(len(g.hostnames) for g in ctl)
+    hosts = sum(g.node_count for g in ctl)
     loc = c.slurm.state_save_location
     if isinstance(st, SharedStateStorage):
         mounts = [s.mount for s in c.storage]

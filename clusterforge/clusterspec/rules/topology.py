@@ -44,7 +44,7 @@ def topology_references(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
     for g in c.node_groups:
         if g.onprem is None:
             continue
-        ghosts = set(g.hostnames)
+        ghosts = set(g.hostnames) if g.onprem.placement else set()
         for k, pl in enumerate(g.onprem.placement):
             path = f"{_gi(c, g)}.onprem.placement[{k}]"
             if pl.switch not in switches:
@@ -92,10 +92,11 @@ def topology_references(c: Cluster, ctx: RuleContext) -> Iterator[Finding]:
                 "has neither compute hosts nor child switches; slurmctld rejects such a switch in topology.conf.",
                 "place compute hosts under it (onprem.placement) or remove it.",
             )
+    # every unplaced compute host, only when the root has hosts of its own
     unplaced = [
         h for g in c.node_groups if g.onprem is not None and g.role == "compute" for h in g.hostnames if h not in placed
-    ]
-    if tree and unplaced and len(roots) == 1 and roots[0] in with_hosts:
+    ] if tree and len(roots) == 1 and roots[0] in with_hosts else []
+    if unplaced:
         yield Finding(
             Level.ERROR, "unplaced-below-leaf-root", "topology.switches", roots[0],
             f"hosts {hostlist.compress(unplaced)} have no placement, so they go under a switch 'unplaced' below "
