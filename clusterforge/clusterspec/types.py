@@ -76,10 +76,8 @@ def _addresses(v: str) -> str:
     if all(_is_address(addr) for addr in hostlist.edge_names(v)):
         return v
     for addr in hostlist.expand(v):
-        try:
-            ipaddress.ip_address(addr)
-        except ValueError:
-            raise ValueError(f"{addr!r} is not an IP address; write addresses like 10.10.1.[1-32]") from None
+        if not _is_address(addr):
+            raise ValueError(f"{addr!r} is not an IP address; write addresses like 10.10.1.[1-32]")
     return v
 
 

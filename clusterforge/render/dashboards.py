@@ -23,11 +23,7 @@ tests/test_dashboards.py validates every dashboard against Grafana's JSON schema
 metric a query names against what those exporters expose (a capture of the real node exporter,
 the counters file, the Slurm exporter's source).
 
-About 600 lines in one module on purpose: the four dashboards share their variables, panel
-helpers and exporter notes, and ``queries`` (what the test checks against the exporters) walks
-them all; split per dashboard, each file would import the others' helpers.
-
-About 590 lines in one module on purpose: the four dashboards share one panel grid, one set of
+About 600 lines in one module on purpose: the four dashboards share one panel grid, one set of
 query helpers and the ``node_group`` variable, and a reviewer checks a panel against its query in
 one place; split by dashboard, each file would re-import the same helpers for ~100 lines of data.
 """
