@@ -645,3 +645,22 @@ def test_duplicate_addresses_are_found_from_ranges_as_from_every_address() -> No
         assert not (apart and want)
         seen["apart, not listed" if apart else "listed, duplicates" if want else "listed, none"] += 1
     assert all(n > 10 for n in seen.values()), seen
+
+
+@pytest.mark.parametrize(("addresses", "bad"), [
+    ("10.40.1.[250-257]", "10.40.1.256"),   # past 255: the edge names catch it, the list names the first
+    ("10.40.1.[01-08]", "10.40.1.01"),      # leading zeros, which ipaddress refuses
+])
+def test_a_bad_address_is_named_in_the_spec_order(addresses: str, bad: str) -> None:
+    data = raw("hybrid.yaml")
+    _g(data, "dgx")["onprem"].update(addresses=addresses)
+    with pytest.raises(SpecError) as exc:
+        parse_spec(data, "hybrid.yaml")
+    assert f"{bad!r} is not an IP address" in str(exc.value)
+
+
+def test_addresses_of_two_range_sets_are_checked_one_by_one_and_parse() -> None:
+    data = raw("hybrid.yaml")
+    _g(data, "dgx")["onprem"].update(addresses="10.40.1.[1-4],10.40.[2-3].[1-2]")
+    dgx = next(g for g in parse_spec(data, "hybrid.yaml").node_groups if g.name == "dgx")
+    assert dgx.onprem is not None and dgx.onprem.addresses == "10.40.1.[1-4],10.40.[2-3].[1-2]"
