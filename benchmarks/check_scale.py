@@ -10,16 +10,28 @@ them). Figures: the median of the whole check and of ``slurmctld_start`` (from s
 to its "Running as primary controller" line), and the other steps' medians, among them the CPU
 seconds slurmctld used to that line (``slurmctld_start_cpu``) and ``slurmd -G`` used
 (``slurmd_G_cpu``): on a loaded machine those stay put while the wall times grow. Needs root.
+
+``--profile`` (the host's Slurm, ``--slurm 22.05``) times, in the last check of each node count,
+the functions that slurmctld's start spends its time in: ``read_slurm_conf``, and within it
+``gres_g_node_config_load`` (called once per CLOUD node, it parses all of ``gres.conf``) and
+``slurm_build_all_nodeline_info`` (the ``NodeName`` lines, Slurm's node-name hash). It puts
+``perf probe`` uprobes on their entries and returns, records them with ``perf record``, and sums
+each call's time from entry to return: exact call counts and times, not samples. The probes are
+removed at the end. Each probe hit costs a few microseconds, counted in the times.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +68,96 @@ def scaled_spec(nodes: int, slurm: str, kind: str = "cloud") -> dict[str, Any]:
     return spec
 
 
+PROBE_GROUP = "cfscale"
+# (binary: "ctld" or "lib", function) for each timed function, in the order printed
+PROBED = (("ctld", "read_slurm_conf"), ("lib", "gres_g_node_config_load"),
+          ("lib", "slurm_build_all_nodeline_info"))
+
+
+def probe_binaries() -> dict[str, Path]:
+    """The host's slurmctld and the libslurmfull it loads (Debian: slurmctld is a link to
+    slurmctld-wlm, the library is in a private folder that ``ldd`` names)."""
+    ctld = Path(shutil.which("slurmctld") or "/usr/sbin/slurmctld").resolve()
+    ldd = subprocess.run(["ldd", str(ctld)], check=True, capture_output=True, text=True).stdout
+    lib = next((Path(ln.split("=>")[1].split("(")[0].strip()) for ln in ldd.splitlines()
+                if "libslurmfull" in ln and "=>" in ln), None)
+    if lib is None:
+        raise SystemExit(f"--profile: `ldd {ctld}` names no libslurmfull")
+    return {"ctld": ctld, "lib": lib}
+
+
+def add_probes() -> None:
+    binaries = probe_binaries()
+    for where, func in PROBED:
+        subprocess.run(["perf", "probe", "--quiet", "-x", str(binaries[where]),
+                        "--add", f"{PROBE_GROUP}:{func}={func}",
+                        # perf names a return probe EVENT__return itself
+                        "--add", f"{PROBE_GROUP}:{func}={func}%return"],
+                       check=True, capture_output=True)
+
+
+def delete_probes() -> None:
+    subprocess.run(["perf", "probe", "--quiet", "--del", f"{PROBE_GROUP}:*"], capture_output=True)
+
+
+def start_perf(data: Path) -> subprocess.Popen[bytes]:
+    """Every CPU: slurmctld runs in the check's namespaces, under a PID not known in advance."""
+    proc = subprocess.Popen(
+        ["perf", "record", "--all-cpus", "--event", f"{PROBE_GROUP}:*", "--output", str(data), "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # perf creates its data file once its events are open: the check starts after that
+    for _ in range(100):
+        if data.exists() or proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    return proc
+
+
+def stop_perf(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGINT)  # perf writes its data file on SIGINT
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise SystemExit("perf record did not stop within 120 s after SIGINT") from None
+    if proc.returncode not in (0, -signal.SIGINT):
+        raise SystemExit(f"perf record failed (rc={proc.returncode}): {err.decode(errors='replace')[-500:]}")
+
+
+def probe_times(data: Path) -> dict[str, tuple[int, float]]:
+    """Calls and seconds from entry to return of each probed function in slurmctld (``slurmd -G``
+    runs the node lines too, at the same time: its events are left out by name)."""
+    text = subprocess.run(
+        ["perf", "script", "--input", str(data), "--comm", "slurmctld", "--fields", "pid,time,event"],
+        check=True, capture_output=True, text=True).stdout
+    entered: dict[tuple[str, str], float] = {}
+    calls: collections.Counter[str] = collections.Counter()
+    seconds: dict[str, float] = collections.defaultdict(float)
+    for line in text.splitlines():
+        # "  PID  SECONDS.MICROS:  cfscale:FUNCTION[__return]: "
+        fields = line.split()
+        if len(fields) < 3 or not fields[2].startswith(f"{PROBE_GROUP}:"):
+            continue
+        pid, at, event = fields[0], float(fields[1].rstrip(":")), fields[2].rstrip(":").split(":", 1)[1]
+        func = event.removesuffix("__return")
+        if event == func:
+            entered[(pid, func)] = at
+        elif (pid, func) in entered:
+            calls[func] += 1
+            seconds[func] += at - entered.pop((pid, func))
+    return {func: (calls[func], seconds[func]) for _, func in PROBED}
+
+
+def print_probe_times(data: Path, nodes: int) -> None:
+    times = probe_times(data)
+    whole = times["read_slurm_conf"][1]
+    print(f"    slurmctld's start at {nodes} nodes, from entry to return (perf probe):")
+    for func, (n, secs) in times.items():
+        share = f"{100 * secs / whole:5.1f} % of read_slurm_conf" if whole and func != "read_slurm_conf" else ""
+        print(f"      {func:32s} {n:6d} calls  {secs:7.2f} s  {share}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="2048,16384,65536", help="comma-separated node counts")
@@ -64,9 +166,20 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds each check may take")
     ap.add_argument("--kind", choices=("cloud", "onprem"), default="cloud",
                     help="cloud: p5-training's Auto Scaling groups (State=CLOUD); onprem: onprem-dgx's hosts")
+    ap.add_argument("--profile", action="store_true",
+                    help="time slurmctld's start functions in the last check of each node count (perf probe)")
     args = ap.parse_args()
+    if args.profile and shutil.which("perf") is None:
+        print("--profile: `perf` is not on PATH; install Debian's `linux-perf` package", file=sys.stderr)
+        return 2
+    if args.profile and args.slurm != "22.05":
+        print(f"--profile probes the host's Slurm daemons (22.05); --slurm {args.slurm} runs its release's "
+              "root filesystem: drop --profile or use --slurm 22.05", file=sys.stderr)
+        return 2
     tmp = Path(tempfile.mkdtemp(prefix="cf-check-scale-"))
     try:
+        if args.profile:
+            add_probes()
         example = "p5-training" if args.kind == "cloud" else "onprem-dgx"
         print(f"examples/{example}.yaml scaled, Slurm {args.slurm}, {args.repeat} checks each (seconds); "
               f"load average {os.getloadavg()[0]:.2f} before")
@@ -81,8 +194,13 @@ def main() -> int:
             totals: list[float] = []
             steps: dict[str, list[float]] = {}
             ok = True
-            for _ in range(args.repeat):
-                report = check_dir(out, timeout_s=args.timeout)
+            for i in range(args.repeat):
+                perf = start_perf(tmp / "perf.data") if args.profile and i == args.repeat - 1 else None
+                try:
+                    report = check_dir(out, timeout_s=args.timeout)
+                finally:
+                    if perf is not None:
+                        stop_perf(perf)
                 if not report.ok:
                     ok = False
                     print(format_report(report)[-3000:], file=sys.stderr)
@@ -94,8 +212,13 @@ def main() -> int:
             med = ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in steps.items() if k != "slurmctld_start")
             print(f"  {nodes:5d}  {'yes' if ok else 'NO':3s}  {statistics.median(totals):6.2f} "
                   f"({min(totals):.2f}-{max(totals):.2f})        {start:6.2f}            {med}", flush=True)
+            if args.profile:
+                print_probe_times(tmp / "perf.data", nodes)
+                (tmp / "perf.data").unlink()
         print(f"load average {os.getloadavg()[0]:.2f} after")
     finally:
+        if args.profile:
+            delete_probes()
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
