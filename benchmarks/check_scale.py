@@ -11,13 +11,14 @@ to its "Running as primary controller" line), and the other steps' medians, amon
 seconds slurmctld used to that line (``slurmctld_start_cpu``) and ``slurmd -G`` used
 (``slurmd_G_cpu``): on a loaded machine those stay put while the wall times grow. Needs root.
 
-``--profile`` (the host's Slurm, ``--slurm 22.05``) times, in the last check of each node count,
-the functions that slurmctld's start spends its time in: ``read_slurm_conf``, and within it
+``--profile`` times, in the last check of each node count, the functions that slurmctld's start
+spends its time in: ``read_slurm_conf``, and within it
 ``gres_g_node_config_load`` (called once per CLOUD node, it parses all of ``gres.conf``) and
 ``slurm_build_all_nodeline_info`` (the ``NodeName`` lines, Slurm's node-name hash). It puts
 ``perf probe`` uprobes on their entries and returns, records them with ``perf record``, and sums
 each call's time from entry to return: exact call counts and times, not samples. The probes are
-removed at the end. Each probe hit costs a few microseconds, counted in the times.
+removed at the end. Each probe hit costs a few microseconds, counted in the times. The probed
+daemons are the host's for 22.05 and the release's cached root filesystem's for the others.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from clusterforge.check import check_dir, format_report  # noqa: E402
-from clusterforge.check.environment import thread_ceiling  # noqa: E402
+from clusterforge.check.environment import cache_dir, daemon_version, thread_ceiling  # noqa: E402
+from clusterforge.check.releases import family_for  # noqa: E402
 from clusterforge.clusterspec import parse_spec  # noqa: E402
 from clusterforge.render import render_cluster  # noqa: E402
 from clusterforge.render.writer import write_render  # noqa: E402
@@ -74,20 +76,34 @@ PROBED = (("ctld", "read_slurm_conf"), ("lib", "gres_g_node_config_load"),
           ("lib", "slurm_build_all_nodeline_info"))
 
 
-def probe_binaries() -> dict[str, Path]:
-    """The host's slurmctld and the libslurmfull it loads (Debian: slurmctld is a link to
-    slurmctld-wlm, the library is in a private folder that ``ldd`` names)."""
-    ctld = Path(shutil.which("slurmctld") or "/usr/sbin/slurmctld").resolve()
-    ldd = subprocess.run(["ldd", str(ctld)], check=True, capture_output=True, text=True).stdout
-    lib = next((Path(ln.split("=>")[1].split("(")[0].strip()) for ln in ldd.splitlines()
-                if "libslurmfull" in ln and "=>" in ln), None)
+def probe_binaries(slurm: str) -> dict[str, Path]:
+    """The slurmctld that checks a render for ``slurm`` and the libslurmfull it loads: the host's
+    when its release family is the render's, else those in the family's cached root filesystem
+    (the check runs them there with chroot; a uprobe follows the file, whichever root a process
+    sees it from). Debian names the binary slurmctld-wlm behind an alternatives link."""
+    family = family_for(slurm)
+    if family is None:
+        raise SystemExit(f"--profile: no release family the check can run covers Slurm {slurm}")
+    host = shutil.which("slurmctld", path=os.environ.get("PATH", "") + ":/usr/sbin")
+    if host and family_for(daemon_version([host])) == family:
+        ctld = Path(host).resolve()
+        ldd = subprocess.run(["ldd", str(ctld)], check=True, capture_output=True, text=True).stdout
+        lib = next((Path(ln.split("=>")[1].split("(")[0].strip()) for ln in ldd.splitlines()
+                    if "libslurmfull" in ln and "=>" in ln), None)
+    else:
+        root = cache_dir() / f"rootfs-{family.suite}-slurm"
+        ctld = root / "usr/sbin/slurmctld-wlm"
+        lib = next(iter(sorted((root / "usr/lib").glob("*/slurm-wlm/libslurmfull.so"))), None)
+        if not ctld.is_file():
+            raise SystemExit(f"--profile: {ctld} is not there; run one check of this release first "
+                             f"(`clusterforge check --build-rootfs`) to build {root}")
     if lib is None:
-        raise SystemExit(f"--profile: `ldd {ctld}` names no libslurmfull")
+        raise SystemExit(f"--profile: no libslurmfull.so found for {ctld}")
     return {"ctld": ctld, "lib": lib}
 
 
-def add_probes() -> None:
-    binaries = probe_binaries()
+def add_probes(slurm: str) -> None:
+    binaries = probe_binaries(slurm)
     for where, func in PROBED:
         subprocess.run(["perf", "probe", "--quiet", "-x", str(binaries[where]),
                         "--add", f"{PROBE_GROUP}:{func}={func}",
@@ -172,14 +188,10 @@ def main() -> int:
     if args.profile and shutil.which("perf") is None:
         print("--profile: `perf` is not on PATH; install Debian's `linux-perf` package", file=sys.stderr)
         return 2
-    if args.profile and args.slurm != "22.05":
-        print(f"--profile probes the host's Slurm daemons (22.05); --slurm {args.slurm} runs its release's "
-              "root filesystem: drop --profile or use --slurm 22.05", file=sys.stderr)
-        return 2
     tmp = Path(tempfile.mkdtemp(prefix="cf-check-scale-"))
     try:
         if args.profile:
-            add_probes()
+            add_probes(args.slurm)
         example = "p5-training" if args.kind == "cloud" else "onprem-dgx"
         print(f"examples/{example}.yaml scaled, Slurm {args.slurm}, {args.repeat} checks each (seconds); "
               f"load average {os.getloadavg()[0]:.2f} before")
