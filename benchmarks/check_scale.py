@@ -34,12 +34,14 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import select
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -116,35 +118,59 @@ def probe_binaries(slurm: str) -> dict[str, Path]:
 def add_probes(slurm: str) -> None:
     binaries = probe_binaries(slurm)
     for where, func in PROBED:
-        subprocess.run(["perf", "probe", "--quiet", "-x", str(binaries[where]),
-                        "--add", f"{PROBE_GROUP}:{func}={func}",
-                        # perf names a return probe EVENT__return itself
-                        "--add", f"{PROBE_GROUP}:{func}={func}%return"],
-                       check=True, capture_output=True)
+        cp = subprocess.run(["perf", "probe", "--quiet", "-x", str(binaries[where]),
+                             "--add", f"{PROBE_GROUP}:{func}={func}",
+                             # perf names a return probe EVENT__return itself
+                             "--add", f"{PROBE_GROUP}:{func}={func}%return"],
+                            capture_output=True, text=True)
+        if cp.returncode != 0:
+            raise SystemExit(f"--profile: `perf probe` could not put a uprobe on {func} in {binaries[where]} "
+                             f"(a kernel with CONFIG_UPROBE_EVENTS and tracefs is needed): {cp.stderr.strip()[-400:]}")
 
 
 def delete_probes() -> None:
     subprocess.run(["perf", "probe", "--quiet", "--del", f"{PROBE_GROUP}:*"], capture_output=True)
 
 
-def start_perf(data: Path) -> subprocess.Popen[bytes]:
+def start_perf(data: Path, timeout_s: float = 30.0) -> subprocess.Popen[bytes]:
     """Every CPU: slurmctld runs in the check's namespaces, under a PID not known in advance.
     perf starts with its events off and turns them on when told through its control FIFO; its
-    answer on the ack FIFO means they are on, so the check starts after that."""
+    answer on the ack FIFO means they are on, so the check starts after that. Both FIFOs are
+    opened without blocking, so a perf that never starts is an error after ``timeout_s``."""
     ctl, ack = data.with_suffix(".ctl"), data.with_suffix(".ack")
     for fifo in (ctl, ack):
         fifo.unlink(missing_ok=True)
         os.mkfifo(fifo)
+    to_perf = os.open(ctl, os.O_RDWR)  # O_RDWR: a FIFO opened so does not wait for its reader
+    from_perf = os.open(ack, os.O_RDONLY | os.O_NONBLOCK)
     proc = subprocess.Popen(
         ["perf", "record", "--all-cpus", "--event", f"{PROBE_GROUP}:*", "--output", str(data), "--quiet",
          "--delay=-1", f"--control=fifo:{ctl},{ack}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    with open(ctl, "w") as to_perf, open(ack) as from_perf:  # each open waits for perf's
-        to_perf.write("enable\n")
-        to_perf.flush()
-        if from_perf.readline().strip() != "ack":
-            raise SystemExit("perf record did not acknowledge enabling its events")
+    try:
+        os.write(to_perf, b"enable\n")
+        deadline = time.monotonic() + timeout_s
+        while b"ack" not in _read_ready(from_perf):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                err = proc.communicate()[1].decode(errors="replace")[-500:]
+                why = f"exited (rc={proc.returncode})" if proc.returncode != -signal.SIGKILL else \
+                    f"no answer within {timeout_s:.0f} s"
+                raise SystemExit(f"perf record did not turn its events on: {why}: {err}")
+    finally:
+        os.close(to_perf)
+        os.close(from_perf)
     return proc
+
+
+def _read_ready(fd: int) -> bytes:
+    """What the FIFO holds now; b"" while perf has not answered (or not opened it yet)."""
+    if not select.select([fd], [], [], 0.2)[0]:
+        return b""
+    data = os.read(fd, 64)
+    if not data:  # no writer yet: a FIFO then reads as end of file at once
+        time.sleep(0.1)
+    return data
 
 
 def stop_perf(proc: subprocess.Popen[bytes]) -> None:
