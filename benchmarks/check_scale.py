@@ -52,9 +52,8 @@ sys.path.insert(0, str(ROOT))
 
 from clusterforge import hostlist  # noqa: E402
 from clusterforge.check import check_dir, format_report  # noqa: E402
-from clusterforge.check.environment import cache_dir, daemon_version, thread_ceiling  # noqa: E402
-from clusterforge.check.releases import family_for  # noqa: E402
-from clusterforge.check.report import ProblemKind  # noqa: E402
+from clusterforge.check.environment import preflight, thread_ceiling  # noqa: E402
+from clusterforge.check.report import CheckReport, ProblemKind  # noqa: E402
 from clusterforge.clusterspec import Cluster, parse_spec  # noqa: E402
 from clusterforge.render import render_cluster  # noqa: E402
 from clusterforge.render.build import build_model  # noqa: E402
@@ -89,29 +88,32 @@ PROBED = (("ctld", "read_slurm_conf"), ("lib", "gres_g_node_config_load"),
           ("lib", "slurm_build_all_nodeline_info"))
 
 
+def _in_root(root: Path, path: str) -> Path:
+    """``path`` as seen inside ``root``, its links followed there: Debian's slurmctld is a link to
+    /etc/alternatives, which names slurmctld-wlm, both absolute inside the root filesystem."""
+    here = root / path.lstrip("/")
+    for _ in range(8):
+        if not here.is_symlink():
+            return here
+        target = os.readlink(here)
+        here = root / target.lstrip("/") if target.startswith("/") else here.parent / target
+    return here
+
+
 def probe_binaries(slurm: str) -> dict[str, Path]:
-    """The slurmctld that checks a render for ``slurm`` and the libslurmfull it loads: the host's
-    when its release family is the render's, else those in the family's cached root filesystem
-    (the check runs them there with chroot; a uprobe follows the file, whichever root a process
-    sees it from). Debian names the binary slurmctld-wlm behind an alternatives link."""
-    family = family_for(slurm)
-    if family is None:
-        raise SystemExit(f"--profile: no release family the check can run covers Slurm {slurm}")
-    host = shutil.which("slurmctld", path=os.environ.get("PATH", "") + ":/usr/sbin")
-    if host and family_for(daemon_version([host])) == family:
-        ctld = Path(host).resolve()
-        ldd = subprocess.run(["ldd", str(ctld)], check=True, capture_output=True, text=True).stdout
-        lib = next((Path(ln.split("=>")[1].split("(")[0].strip()) for ln in ldd.splitlines()
-                    if "libslurmfull" in ln and "=>" in ln), None)
-    else:
-        root = cache_dir() / f"rootfs-{family.suite}-slurm"
-        ctld = root / "usr/sbin/slurmctld-wlm"
-        lib = next(iter(sorted((root / "usr/lib").glob("*/slurm-wlm/libslurmfull.so"))), None)
-        if not ctld.is_file():
-            raise SystemExit(f"--profile: {ctld} is not there; run one check of this release first "
-                             f"(`clusterforge check --build-rootfs`) to build {root}")
+    """The slurmctld that checks a render for ``slurm``, as the check's own preflight picks it (the
+    host's, or the one in the release's cached root filesystem, run there with chroot), and the
+    libslurmfull it loads. A uprobe follows the file, whichever root a process sees it from."""
+    with tempfile.TemporaryDirectory(prefix="cf-probe-") as tmp:
+        report = CheckReport(Path(tmp))
+        daemons = preflight(report, slurm, Path(tmp))
+    if daemons is None:
+        raise SystemExit("--profile: " + "; ".join(pr.message for pr in report.problems))
+    root = daemons.root or Path("/")
+    ctld = _in_root(root, daemons.tools["slurmctld"])
+    lib = next(iter(sorted((root / "usr/lib").glob("*/slurm-wlm/libslurmfull.so"))), None)
     if lib is None:
-        raise SystemExit(f"--profile: no libslurmfull.so found for {ctld}")
+        raise SystemExit(f"--profile: no usr/lib/*/slurm-wlm/libslurmfull.so under {root}")
     return {"ctld": ctld, "lib": lib}
 
 
