@@ -5,7 +5,7 @@
 Renders examples/onprem-dgx.yaml scaled to ``--nodes`` (as benchmarks/check_scale.py does),
 checks it, and keeps slurmctld up ``--hold`` seconds after the check's queries, reading
 ``/proc/PID/status`` every 20 ms. Prints the peak thread count, the host's thread ceiling and the
-check's result. The README's figures were taken with the host limits as printed (raise them with
+check's result. The figures in docs/performance.md were taken with the host limits as printed (raise them with
 ``sysctl -w vm.max_map_count=262144 kernel.pid_max=262144`` for the "raised" runs, and set them
 back afterwards). Needs root.
 """

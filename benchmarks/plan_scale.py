@@ -114,7 +114,7 @@ def synthetic_spec(
                 "capacity_gib": 120000,
                 "throughput_per_tib": 500,
             },
-            {"name": "home", "type": "efs", "mount": "/home"},
+            {"name": "home", "type": "efs", "mount": "/home", "purpose": ["home"]},
         ],
         "accounting": {"enabled": True},
     }

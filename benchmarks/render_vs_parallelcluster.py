@@ -318,7 +318,7 @@ def scaling_spec(nodes: int, groups: int, onprem: bool = False, addresses: bool 
         node_groups.append({
             "name": f"{'gpu' if gpu else 'cpu'}{i:03d}",
             "cloud": {"instance_type": "p5.48xlarge" if gpu else "c7i.48xlarge", "count": per,
-                      "subnet": "private-a", "efa": gpu},
+                      "subnet": "private-a", "efa": gpu, "placement_group": gpu},
             "features": ["h100"] if gpu else ["cpu"],
         })
         if onprem:
@@ -329,7 +329,8 @@ def scaling_spec(nodes: int, groups: int, onprem: bool = False, addresses: bool 
                     f"10.{i}.{k}.[1-{min(250, per - 250 * k)}]" for k in range((per + 249) // 250))
     return {
         "name": f"scale-{nodes}-{groups}",
-        "slurm": {"version": "24.05"},
+        # 23.11: the Slurm the default OS (Ubuntu 24.04) ships, so the spec validates as it is
+        "slurm": {"version": "23.11"},
         "aws": {"region": "us-east-1", "vpc_cidr": "10.0.0.0/16",
                 "subnets": [{"name": "public-a", "cidr": "10.0.0.0/24", "availability_zone": "us-east-1a",
                              "public": True},

@@ -5,7 +5,7 @@ After its start slurmctld asks every node to register. In the check no slurmd an
 starts one thread per unanswered node (src/common/forward.c, "Abandon tree"). With the node
 addresses local, each of those threads retried its refused connect once a second for up to
 MessageTimeout; at 65,536 nodes slurmctld died of ``pthread_create`` (benchmarks/check_scale.py,
-README "check at 2,048 to 65,536 nodes").
+docs/performance.md "check at 2,048 to 65,536 nodes").
 """
 
 from __future__ import annotations

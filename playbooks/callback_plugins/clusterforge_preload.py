@@ -6,7 +6,7 @@ role's two restart-policy tasks call filters (``roles/slurm/filter_plugins/clust
 that import ``clusterforge.render.restart`` and the manifest's pydantic models on first use: about
 180 ms (``benchmarks/filter_import.py``) in every host's worker, twice per host and run. Imported
 here, in ``ansible-playbook``'s own process before the first play, every forked worker inherits the
-modules instead (``benchmarks/configure_profile.py``, README "The configure curve").
+modules instead (``benchmarks/configure_profile.py``, docs/performance.md "The configure curve").
 
 The collector: ``ansible-playbook``'s one thread queues every host's tasks, and at CPython's default
 threshold its collector walked everything the process holds (the inventory, every host's
@@ -17,7 +17,7 @@ parsed, young objects are collected every 50,000 allocations instead of every 70
 own commands do (``clusterforge/cli.py``, ``GC_YOUNG``); at each play's start what is alive is frozen
 (``gc.freeze``: later collections skip it, and a forked worker's collections do not write to those
 objects' pages). Cycles made later are still collected; what was frozen stays for the run, which
-ends with the process (README "The configure curve").
+ends with the process (docs/performance.md "The configure curve").
 
 A callback plugin because it is the one kind of plugin Ansible loads in that process at start for
 every play of this folder, with or without ``clusterforge configure``. It prints nothing. When
