@@ -51,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from clusterforge import hostlist  # noqa: E402
+from clusterforge.catalog.os_slurm import release_family, shipped  # noqa: E402
 from clusterforge.check import check_dir, format_report  # noqa: E402
 from clusterforge.check.environment import preflight, thread_ceiling  # noqa: E402
 from clusterforge.check.report import CheckReport, ProblemKind  # noqa: E402
@@ -79,6 +80,14 @@ def scaled_spec(nodes: int, slurm: str, kind: str = "cloud") -> dict[str, Any]:
                 g["onprem"] = {"hosts": hosts[g["name"]], "profile": g["onprem"]["profile"]}
         spec.pop("topology", None)
     spec["slurm"]["version"] = slurm
+    have = shipped(spec["os"])
+    if have.family != release_family(slurm):
+        # The example's OS does not ship this release, so a user of it names the site's own builds
+        # (docs/slurm-packages.md); the render does not read the repository, only validation does.
+        spec["slurm"]["package_repo"] = {
+            "uris": ["https://apt.example.org/slurm"], "suites": [have.codename],
+            "signed_by": "https://apt.example.org/slurm/site-slurm.asc",
+        }
     return spec
 
 
@@ -258,6 +267,11 @@ def main() -> int:
         for nodes in (int(n) for n in args.nodes.split(",")):
             out = tmp / str(nodes)
             cluster = parse_spec(scaled_spec(nodes, args.slurm, args.kind))
+            errors = resolve(cluster, base_dir=ROOT / "examples").errors
+            if errors:  # `clusterforge render` would refuse this spec: its check measures nothing
+                for f in errors:
+                    print(f"error {f.path} = {f.value!r}: {f.why} (fix: {f.fix})", file=sys.stderr)
+                return 2
             write_render(render_cluster(cluster, base_dir=ROOT / "examples"), out)
             if args.gres_conf == "one-line":
                 write_one_line_gres(cluster, out)

@@ -3,11 +3,12 @@
 A benchmark measures whatever it is given, and the library functions it calls (``resolve``,
 ``render``) do not refuse a spec with errors the way ``clusterforge render`` does. So when a new
 rule made a benchmark's spec invalid, the benchmark went on printing figures of a cluster nobody
-can build: ``render_scale.py`` named Slurm 24.05, which no known OS ships (``slurm-not-shipped``),
+can build. ``render_scale.py`` named Slurm 24.05, which no known OS ships (``slurm-not-shipped``);
 the side-by-side scaling table gave p5 groups EFA without a placement group
-(``efa-needs-placement``), and the plan benchmark mounted EFS over /home without ``purpose:
-[home]`` (``system-path``). These tests build each spec the way its benchmark does, at the sizes
-the README quotes, and fail on any error finding.
+(``efa-needs-placement``); the plan benchmark mounted EFS over /home without ``purpose: [home]``
+(``system-path``); the check benchmark rendered releases its example's OS does not ship. These
+tests build each spec the way its benchmark does, at the sizes the README quotes, and fail on any
+error finding.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from clusterforge.resolve import resolve
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import check_scale  # noqa: E402
 import plan_scale  # noqa: E402
 import render_scale  # noqa: E402
 import render_vs_parallelcluster  # noqa: E402
 
 
-def _errors(data: dict[str, Any]) -> list[tuple[str, str]]:
-    rc = resolve(Cluster.model_validate(data), base_dir=ROOT)
+def _errors(data: dict[str, Any], base_dir: Path = ROOT) -> list[tuple[str, str]]:
+    rc = resolve(Cluster.model_validate(data), base_dir=base_dir)
     return [(f.code, f.path) for f in rc.errors]
 
 
@@ -66,3 +68,12 @@ def test_plan_speed_specs_validate(groups: int) -> None:
     data = plan_scale.synthetic_spec(gpu_groups=groups - 6, gpu_per_group=8, cpu_groups=4)
     assert len(data["node_groups"]) == groups
     assert _errors(data) == []
+
+
+@pytest.mark.parametrize("kind", ["cloud", "onprem"])
+@pytest.mark.parametrize("slurm", ["22.05", "24.11", "26.05"])  # the releases the README's check rows ran
+@pytest.mark.parametrize("nodes", [2048, 65536])
+def test_check_scale_specs_validate(kind: str, slurm: str, nodes: int) -> None:
+    data = check_scale.scaled_spec(nodes, slurm, kind)
+    assert _errors(data, ROOT / "examples") == []
+    assert data["slurm"]["version"] == slurm
