@@ -53,7 +53,8 @@ _GLOBALS = {
     "SlurmctldPidFile": "/run/slurmctld.pid", "SlurmdPidFile": "/run/slurmd.pid",
     "SlurmctldLogFile": "/var/log/slurm/slurmctld.log", "SlurmdLogFile": "/var/log/slurm/slurmd.log",
     "ProctrackType": "proctrack/cgroup", "TaskPlugin": "task/cgroup,task/affinity",
-    "SelectType": "select/cons_tres", "SelectTypeParameters": "CR_Core_Memory", "GresTypes": "gpu",
+    "SelectType": "select/cons_tres", "SelectTypeParameters": "CR_Core_Memory", "MaxNodeCount": "6",
+    "GresTypes": "gpu",
     "TopologyPlugin": "topology/tree", "ReturnToService": "2",
 }
 

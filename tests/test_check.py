@@ -239,14 +239,6 @@ def test_nodes_numbered_out_of_order_keep_their_own_addresses(tmp_path: Path) ->
     assert hostlist.expand(addr) == [node_address(i) for i in (5, 3, 4)]
 
 
-def test_node_table_is_sized_before_the_nodes_are_read(tmp_path: Path) -> None:
-    rw, report = _rewriter(tmp_path)
-    assert "MaxNodeCount=700\n" in rw.node_table("SelectType=select/cons_tres\n", 700)
-    assert rw.node_table("SelectType=select/cons_tres\nMaxNodeCount=9000\n", 700).count("MaxNodeCount") == 1
-    assert "MaxNodeCount" not in rw.node_table("SelectType=select/linear\n", 700)
-    assert [o.key for o in report.overrides] == ["MaxNodeCount"]
-
-
 def test_hosts_file_names_the_controllers_and_the_probed_nodes(tmp_path: Path) -> None:
     from clusterforge.check import environment
 
@@ -493,10 +485,8 @@ def test_good_fixture_passes_and_cleans_up(tmp_path: Path, workdirs: list[str]) 
     keys = {o.key for o in report.overrides}
     assert {"StateSaveLocation", "SlurmctldPidFile", "SlurmdSpoolDir", "SlurmdParameters"} <= keys
     assert not {"NodeName", "PartitionName", "GresTypes"} & keys
-    # both daemons build the node table once (slurmd -G grew it 100 records at a time)
-    assert {o.file for o in report.overrides if o.key == "MaxNodeCount"} == {
-        "slurm.conf (slurmctld)", "slurm.conf (slurmd -G)"
-    }
+    # the render sizes the node table itself (MaxNodeCount): the daemons start from its line
+    assert "MaxNodeCount" not in keys
     assert {"parse", "slurmctld_start", "slurmctld_start_cpu", "scontrol", "total"} <= set(report.timings)
     assert "slurmd_G_cpu:gpu-001" in report.timings  # CPU seconds: the figure a loaded box keeps
     assert leftovers(workdirs) == []

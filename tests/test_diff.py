@@ -172,7 +172,10 @@ def _set_profile(spec: dict[str, Any]) -> None:
     ("edit", "expected"),
     [
         # removing two nodes: every daemon's node table changes (the FAQ's procedure), drain them first
-        (_set_hosts, [("slurm/slurm.conf", "NodeName (node set)", ImpactClass.RESTART_ALL, "cpu-[003-004]"),
+        # MaxNodeCount follows the node count; 24.05's reconfigure starts a new slurmctld, which sizes
+        # its node table from it
+        (_set_hosts, [("slurm/slurm.conf", "MaxNodeCount", ImpactClass.RECONFIGURE, ""),
+                      ("slurm/slurm.conf", "NodeName (node set)", ImpactClass.RESTART_ALL, "cpu-[003-004]"),
                       ("slurm/slurm.conf", "PartitionName=cpu", ImpactClass.RECONFIGURE, "")]),
         (lambda s: _group(s, "cpu").update(weight=50),
          [("slurm/slurm.conf", "NodeName=cpu-[001-004]", ImpactClass.RECONFIGURE, "")]),

@@ -21,7 +21,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterforge.clusterspec import load_spec
+from clusterforge.clusterspec import load_spec, parse_spec
 from clusterforge.errors import ClusterforgeError
 from clusterforge.render import build_model, render_cluster
 from clusterforge.render.model import BlockModel, TopologyModel
@@ -170,6 +170,33 @@ def test_slurm_conf_grows_with_groups_not_nodes() -> None:
     text = rendered("onprem-dgx.yaml")["slurm/slurm.conf"].decode()
     node_lines = [ln for ln in text.splitlines() if ln.startswith("NodeName=")]
     assert node_lines == [ln for ln in node_lines if "[" in ln] and len(node_lines) == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "nodes"),
+    # counted by hand from each example's node groups (onprem-dgx: dgx-[001-032] and cpu-[01-08])
+    [("local.yaml", 4), ("hybrid.yaml", 12), ("onprem-dgx.yaml", 40), ("p5-training.yaml", 20)],
+)
+def test_node_table_sized_to_the_node_count(name: str, nodes: int) -> None:
+    # slurmctld and slurmd grow the node table 100 records at a time, rehashing every node, unless
+    # MaxNodeCount says its size first; 24.11 drops nodes past it, so it is exactly the count
+    lines = rendered(name)["slurm/slurm.conf"].decode().splitlines()
+    assert [ln for ln in lines if ln.startswith("MaxNodeCount=")] == [f"MaxNodeCount={nodes}"]
+    # after SelectType: Slurm takes MaxNodeCount with select/cons_tres only
+    assert lines.index("SelectType=select/cons_tres") < lines.index(f"MaxNodeCount={nodes}")
+
+
+def test_node_table_at_slurms_node_limit() -> None:
+    # Slurm refuses a MaxNodeCount above MAX_SLURM_NODES (65,536); the spec refuses more compute
+    # hosts than that, so its largest cluster renders the limit itself
+    spec = yaml.safe_load((EXAMPLES / "p5-training.yaml").read_text())
+    counts = {"gpu": 32768, "cpu": 32768}
+    for g in spec["node_groups"]:
+        if g["name"] in counts:
+            g["cloud"]["count"] = counts[g["name"]]
+    cluster = parse_spec(spec)
+    text = render_cluster(cluster, base_dir=EXAMPLES).files["slurm/slurm.conf"].content
+    assert [ln for ln in text.splitlines() if ln.startswith("MaxNodeCount=")] == ["MaxNodeCount=65536"]
 
 
 def test_missing_gres_types_never_rendered() -> None:

@@ -230,13 +230,14 @@ CASES: dict[str, tuple[Any, ...]] = {
         None, _add_gpu, None,
         ["grafana/cluster-overview.json", "grafana/gpus.json", "slurm/gres.conf", "slurm/slurm.conf",
          "slurm/topology.conf"],
-        {"restart-all", "restart-slurmd", "reconfigure", "none"},
+        # restart-slurmctld: 22.05's MaxNodeCount, which follows the node count
+        {"restart-all", "restart-slurmctld", "restart-slurmd", "reconfigure", "none"},
         ["install", "restart slurmctld", "restart slurmd on cpu-[001-002],gpu-[001-003]"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "gpu-003": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},
     ),
     "node set: remove cpu-002": (
         None, _remove_cpu, None, ["grafana/cluster-overview.json", "slurm/slurm.conf", "slurm/topology.conf"],
-        {"restart-all", "reconfigure", "none"},
+        {"restart-all", "restart-slurmctld", "reconfigure", "none"},
         ["drain cpu-002", "stop slurmd on cpu-002", "install", "restart slurmctld", "start slurmd on cpu-002",
          "restart slurmd on cpu-001,gpu-[001-002]", "resume cpu-002"],
         {"ctl": RESTART_CTLD, "gpu-001": RESTART_SLURMD, "cpu-001": RESTART_SLURMD},

@@ -7,8 +7,9 @@ log paths (to a private folder), quiet log levels (to ``info``, the level the ch
 ``Include`` paths (to the copies), the munge socket, a throw-away JWT key, accounting storage
 (no slurmdbd runs here), on node lines that give no address ``NodeAddr=`` with the nodes'
 check addresses (``environment.node_address``: IP literals, so no daemon looks a node name up;
-each lookup scans /etc/hosts, which made a start O(nodes²)), and ``MaxNodeCount`` (its default,
-the node count, set before the nodes are read). Partition, GRES and topology lines,
+each lookup scans /etc/hosts, which made a start O(nodes²)). ``MaxNodeCount``, which sizes the
+node table before the nodes are read, is the render's own (``render.slurm.node_table_setting``), so
+the daemons here start from the very line production starts from. Partition, GRES and topology lines,
 and every other key of a node line, are never touched. Every change is recorded as an
 ``Override`` in the report.
 
@@ -216,20 +217,6 @@ class _Rewriter:
                         "IP literals: no daemon looks a node name up in /etc/hosts")
         return "\n".join(out) + "\n"
 
-    def node_table(self, text: str, nodes: int, file: str = CTLD_FILE) -> str:
-        """``MaxNodeCount=`` the render's node count: its default, but known before slurmctld reads
-        the nodes, which otherwise grows its node table 100 records at a time and rehashes every
-        node each time (grow_node_record_table_ptr, src/common/node_conf.c @ slurm-22-05-8-1):
-        half of a 65,536-node start. Slurm takes it with select/cons_tres only. slurmd builds the
-        same table from the same lines (``slurmd -G`` too), so its copy gets it as well."""
-        if _conf_value(text, "MaxNodeCount") is not None:
-            return text
-        if (_conf_value(text, "SelectType") or "").lower() != "select/cons_tres":
-            return text
-        text, _ = set_key(text, "MaxNodeCount", str(nodes))
-        self.record(file, "MaxNodeCount", None, str(nodes), "the node table sized once: its default, known early")
-        return text
-
     def slurmd(self, base: str) -> str:
         text = self.paths(base, _SLURMD_PATHS, SLURMD_FILE)
         text = self.loud(text, "SlurmdDebug", SLURMD_FILE)
@@ -275,8 +262,8 @@ def make_copies(
     text = rw.jwt(text, pw)
     slurmd_text = rw.slurmd(base)
     if nodes:
-        text = rw.node_table(rw.node_addresses(text, nodes, CTLD_FILE), len(nodes))
-        slurmd_text = rw.node_table(rw.node_addresses(slurmd_text, nodes, SLURMD_FILE), len(nodes), SLURMD_FILE)
+        text = rw.node_addresses(text, nodes, CTLD_FILE)
+        slurmd_text = rw.node_addresses(slurmd_text, nodes, SLURMD_FILE)
     (tmp / "ctld" / "slurm.conf").write_text(text)
     (tmp / "slurmd" / "slurm.conf").write_text(slurmd_text)
     return Copies(

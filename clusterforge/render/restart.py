@@ -131,6 +131,12 @@ GLOBAL_KEYS: dict[str, tuple[ImpactClass, str]] = {
     "AccountingStorageHost": (ImpactClass.RESTART_SLURMCTLD, "slurmctld connects to slurmdbd at start"),
     "AccountingStoragePort": (ImpactClass.RESTART_SLURMCTLD, "slurmctld connects to slurmdbd at start"),
     "SlurmctldPidFile": (ImpactClass.RESTART_SLURMCTLD, "written at start"),
+    # it follows the node set (render.slurm.node_table_setting); an in-process reconfigure (up to
+    # 23.02) stops slurmctld: src/slurmctld/read_config.c @ slurm-22-05-8-1, fatal("MaxNodeCount has
+    # changed (%u->%u) during reconfig, slurmctld must be restarted")
+    "MaxNodeCount": (
+        ImpactClass.RESTART_SLURMCTLD, "slurmctld sizes its node table at start and stops if a reconfigure changes it",
+    ),
     # slurmd only
     "SlurmdSpoolDir": (ImpactClass.RESTART_SLURMD, "slurmd keeps its state there; read at start"),
     "SlurmdPidFile": (ImpactClass.RESTART_SLURMD, "written at start"),
@@ -166,6 +172,7 @@ REEXEC_APPLIES: dict[str, str] = {
     "AccountingStorageType": "the new slurmctld loads the accounting plugin",
     "AccountingStorageHost": "the new slurmctld connects to slurmdbd anew",
     "AccountingStoragePort": "the new slurmctld connects to slurmdbd anew",
+    "MaxNodeCount": "the new slurmctld sizes its node table from it",
 }
 
 

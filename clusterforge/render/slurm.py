@@ -41,6 +41,26 @@ def controller_line(m: ClusterModel) -> list[Setting]:
     return out
 
 
+def node_table_setting(m: ClusterModel) -> Setting | None:
+    """``MaxNodeCount`` = the node count: Slurm's own default, but known before the nodes are read.
+
+    Without it slurmctld and every slurmd grow the node table 100 records at a time while reading
+    the NodeName lines, and rehash every node at each growth (``grow_node_record_table_ptr``,
+    src/common/node_conf.c @ slurm-22-05-8-1, the same in 24.11 and 26.05): quadratic in nodes, 8.1
+    against 2.5 s of a 65,536-node slurmctld start here (docs/performance.md). The value must not be
+    below the count (24.11 refuses to create a node record past it), so it is the sum of the very
+    NodeSets the NodeName lines print. Slurm takes it with select/cons_tres only (the render's), and
+    refuses one above 65,536 (MAX_SLURM_NODES), which the spec's own limit on compute hosts already
+    keeps it under."""
+    nodes = sum(n.count for n in m.compute)
+    if not nodes:
+        return None
+    return Setting(
+        "MaxNodeCount", str(nodes),
+        "the node count (Slurm's default), known before the nodes are read: the node table is sized once",
+    )
+
+
 def job_mapping_wanted(m: ClusterModel) -> bool:
     """Whether the render has the prolog/epilog of dcgm-exporter's job mapping: dcgm-exporter runs on
     NVIDIA GPU nodes and Prometheus reads it (the GpuLowUtilisation alert needs the hpc_job label)."""
@@ -132,6 +152,7 @@ def slurm_sections(m: ClusterModel) -> list[Section]:
                         else "GPUs as consumable resources (the default since 23.11, stated for review)",
                     ),
                     Setting("SelectTypeParameters", "CR_Core_Memory", "cores and memory are consumable"),
+                    node_table_setting(m),
                     Setting(
                         "ProctrackType", "proctrack/cgroup", "tracks every process of a job, needed for clean kills"
                     ),
