@@ -27,12 +27,18 @@ gres.conf (one line per compute resource; see its ``slurm_parallelcluster_*_gres
 fewest lines Slurm can parse for each CLOUD node. It measures Slurm's floor, not a file
 clusterforge writes: with 22.05 the check reports the missing ``Cores=`` (``gres_mismatch``), so
 its rows say NO; the times are what to read.
+
+``--node-table grown`` renders slurm.conf without its ``MaxNodeCount`` line, as renders were
+before it (``render.slurm.node_table_setting`` returns nothing for the run): slurmctld and
+``slurmd -G`` then grow the node table 100 records at a time and rehash every node at each growth,
+which is what a production start paid.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import os
 import select
 import shutil
@@ -44,6 +50,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import yaml
 
@@ -57,6 +64,7 @@ from clusterforge.check.environment import preflight, thread_ceiling  # noqa: E4
 from clusterforge.check.report import CheckReport, ProblemKind  # noqa: E402
 from clusterforge.clusterspec import Cluster, parse_spec  # noqa: E402
 from clusterforge.render import render_cluster  # noqa: E402
+from clusterforge.render import slurm as slurm_render  # noqa: E402
 from clusterforge.render.build import build_model  # noqa: E402
 from clusterforge.render.writer import write_render  # noqa: E402
 from clusterforge.resolve import resolve  # noqa: E402
@@ -247,6 +255,8 @@ def main() -> int:
                     help="cloud: p5-training's Auto Scaling groups (State=CLOUD); onprem: onprem-dgx's hosts")
     ap.add_argument("--gres-conf", choices=("rendered", "one-line"), default="rendered",
                     help="one-line: ParallelCluster's form, one line per GPU group (Slurm's floor; the check flags it)")
+    ap.add_argument("--node-table", choices=("rendered", "grown"), default="rendered",
+                    help="grown: no MaxNodeCount in slurm.conf, as renders were before it (the table grows as read)")
     ap.add_argument("--profile", action="store_true",
                     help="time slurmctld's start functions in the last check of each node count (perf probe)")
     args = ap.parse_args()
@@ -272,7 +282,9 @@ def main() -> int:
                 for f in errors:
                     print(f"error {f.path} = {f.value!r}: {f.why} (fix: {f.fix})", file=sys.stderr)
                 return 2
-            write_render(render_cluster(cluster, base_dir=ROOT / "examples"), out)
+            grown = mock.patch.object(slurm_render, "node_table_setting", return_value=None)
+            with grown if args.node_table == "grown" else contextlib.nullcontext():
+                write_render(render_cluster(cluster, base_dir=ROOT / "examples"), out)
             if args.gres_conf == "one-line":
                 write_one_line_gres(cluster, out)
             totals: list[float] = []
