@@ -46,12 +46,12 @@ def node_table_setting(m: ClusterModel) -> Setting | None:
 
     Without it slurmctld and every slurmd grow the node table 100 records at a time while reading
     the NodeName lines, and rehash every node at each growth (``grow_node_record_table_ptr``,
-    src/common/node_conf.c @ slurm-22-05-8-1, the same in 24.11 and 26.05): quadratic in nodes, 8.1
-    against 2.5 s of a 65,536-node slurmctld start here (docs/performance.md). The value must not be
-    below the count (24.11 refuses to create a node record past it), so it is the sum of the very
-    NodeSets the NodeName lines print. Slurm takes it with select/cons_tres only (the render's), and
-    refuses one above 65,536 (MAX_SLURM_NODES), which the spec's own limit on compute hosts already
-    keeps it under."""
+    src/common/node_conf.c @ slurm-22-05-8-1, the same in 24.11 and 26.05): quadratic in nodes, 9.35
+    against 3.05 s to "Running as primary" for 65,536 on-prem nodes (benchmarks/check_scale.py
+    --node-table grown; docs/performance.md). The value must not be below the count (24.11 refuses
+    to create a node record past it), so it is the sum of the very NodeSets the NodeName lines
+    print. Slurm takes it with select/cons_tres only (the render's), and refuses one above 65,536
+    (MAX_SLURM_NODES), which the spec's own limit on compute hosts already keeps it under."""
     nodes = sum(n.count for n in m.compute)
     if not nodes:
         return None
