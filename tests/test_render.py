@@ -179,7 +179,7 @@ def test_slurm_conf_grows_with_groups_not_nodes() -> None:
 )
 def test_node_table_sized_to_the_node_count(name: str, nodes: int) -> None:
     # slurmctld and slurmd grow the node table 100 records at a time, rehashing every node, unless
-    # MaxNodeCount says its size first; 24.11 drops nodes past it, so it is exactly the count
+    # MaxNodeCount says its size first; 24.11 refuses to create a node past it, so it is the count
     lines = rendered(name)["slurm/slurm.conf"].decode().splitlines()
     assert [ln for ln in lines if ln.startswith("MaxNodeCount=")] == [f"MaxNodeCount={nodes}"]
     # after SelectType: Slurm takes MaxNodeCount with select/cons_tres only
