@@ -252,8 +252,10 @@ def instructions(peer: Path) -> dict[str, int]:
                            ("clusterforge render, end to end", ours),
                            ("importing typer, pydantic, rich, jinja2, yaml", [sys.executable, "-c", LIBRARY_IMPORTS]),
                            # pydantic_core's import decorates with typing_extensions' @deprecated,
-                           # which on Python 3.11 (not 3.12+) imports asyncio to check for coroutines
-                           ("importing asyncio alone (pydantic_core's import, on 3.11)", [sys.executable, "-c", "import asyncio"]),
+                           # which before typing_extensions 4.16 imported asyncio on Python 3.11 to
+                           # check for coroutines; pyproject.toml asks for 4.16, and this row is what
+                           # an older one adds to every command
+                           ("importing asyncio alone (typing_extensions < 4.16 on 3.11)", [sys.executable, "-c", "import asyncio"]),
                            ("importing the spec's models (and pydantic, yaml)",
                             [sys.executable, "-c", "import clusterforge.clusterspec.models"])):
             shutil.rmtree(t / "ours", ignore_errors=True)

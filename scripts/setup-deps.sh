@@ -52,8 +52,24 @@ if ! python3 -m pip --version >/dev/null 2>&1; then
   echo "setup-deps: python3 has no pip: apt-get install python3-pip python3-venv, then" \
        "python3 -m venv .venv && . .venv/bin/activate, and run this again" >&2; exit 2
 fi
+# Installs again when a pin in requirements-ci.txt differs from what is installed, so a changed pin
+# (typing_extensions 4.16 for the render's imports, say) reaches a machine set up before it.
+pins_differ() {
+  python3 - <<'PY'
+import importlib.metadata as md, re, sys
+for line in open("requirements-ci.txt"):
+    m = re.match(r"([A-Za-z0-9_.-]+)(\[[^]]*\])?==(\S+)", line.split("#")[0].strip())
+    if m:
+        try:
+            if md.version(m[1]) != m[3]:
+                sys.exit(0)
+        except md.PackageNotFoundError:
+            sys.exit(0)
+sys.exit(1)
+PY
+}
 if ! python3 -c "import clusterforge, pulumi_aws, ansible_runner" 2>/dev/null \
-   || ! pip check >/dev/null 2>&1; then
+   || ! pip check >/dev/null 2>&1 || pins_differ; then
   echo "setup-deps: pip install -r requirements-ci.txt -e ."
   timeout 1200 python3 -m pip install -q --disable-pip-version-check -r requirements-ci.txt
   timeout 600 python3 -m pip install -q --disable-pip-version-check --no-deps -e .
