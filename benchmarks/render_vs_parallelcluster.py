@@ -17,8 +17,9 @@ replaces ``_get_metadata`` (the head node's EC2 instance-metadata lookup of its 
 has no answer off EC2.
 
 Both run end to end as subprocesses of the same interpreter, from bytecode compiled first (what
-`pip install` leaves), into a fresh output folder each run, in pairs whose order alternates. The
-figures: median wall time of each, the median of the per-pair ratios, and peak RSS (the child's
+`pip install` leaves), into a fresh output folder each run, in pairs whose order alternates.
+After each pair a third child only imports typer, pydantic, rich, jinja2 and yaml: the floor
+under our render's time and memory, printed on its own line. The figures: median wall time of each, the median of the per-pair ratios, and peak RSS (the child's
 ``ru_maxrss`` from ``wait4``); also each child's CPU time (user + system from the same ``wait4``),
 which a busy machine disturbs less than the wall time. ``--scaling`` adds a table of in-process
 validate + resolve + render time for 2k-65k nodes in 4-256 node groups, each repeat from the
@@ -272,16 +273,22 @@ def side_by_side(pairs: int, peer: Path) -> dict[str, Any]:
         t = Path(tmp)
         ours, theirs, env = _prepare(peer, t)
 
+        # the third child only imports the libraries the issue keeps (typer, pydantic, rich) and
+        # jinja2 and yaml: the floor under our render's time and memory, run in the same rotation
+        imports = [sys.executable, "-c", LIBRARY_IMPORTS]
+
         def once(which: str) -> tuple[float, int, float]:
+            if which == "imports":
+                return _run(imports, ROOT, env)
             out = t / which
             shutil.rmtree(out, ignore_errors=True)
             return _run(ours if which == "ours" else theirs, ROOT, env)
 
-        once("ours"), once("peer")  # warm the page cache; not counted
+        once("ours"), once("peer"), once("imports")  # warm the page cache; not counted
         load_before = os.getloadavg()[0]
-        runs: dict[str, list[tuple[float, int, float]]] = {"ours": [], "peer": []}
+        runs: dict[str, list[tuple[float, int, float]]] = {"ours": [], "peer": [], "imports": []}
         for i in range(pairs):
-            for which in (("ours", "peer") if i % 2 == 0 else ("peer", "ours")):
+            for which in (("ours", "peer", "imports") if i % 2 == 0 else ("peer", "ours", "imports")):
                 runs[which].append(once(which))
         load_after = os.getloadavg()[0]
         peer_nodes = (t / "peer" / "pcluster" / "slurm_parallelcluster_gpu_partition.conf").read_text()
@@ -299,6 +306,7 @@ def side_by_side(pairs: int, peer: Path) -> dict[str, Any]:
         "cpu_ratio_median": statistics.median(cpu_ratios),
         "peak_rss_mib": {k: v / 1024 for k, v in rss.items()},
         "rss_ratio": rss["ours"] / rss["peer"],
+        "imports_rss_ratio": rss["imports"] / rss["peer"],
         "load_1m": [load_before, load_after],
         "ours_nodename_lines": sum(1 for ln in ours_conf.splitlines() if ln.startswith("NodeName=")),
         "peer_nodename_lines": sum(1 for ln in peer_nodes.splitlines() if ln.startswith("NodeName=")),
@@ -409,6 +417,8 @@ def main() -> int:
         print(f"  pcluster_slurm_config_generator  {s['wall_s']['peer']:.3f} s   CPU {s['cpu_s']['peer']:.3f} s   peak RSS "
               f"{s['peak_rss_mib']['peer']:.1f} MiB   ({s['peer_nodename_lines']} NodeName lines, "
               f"{PEER_COMMIT[:12]})")
+        print(f"  importing the libraries alone    {s['wall_s']['imports']:.3f} s   CPU {s['cpu_s']['imports']:.3f} s   peak RSS "
+              f"{s['peak_rss_mib']['imports']:.1f} MiB   (typer, pydantic, rich, jinja2, yaml: our floor)")
         print(f"  ratio (ours / peer): wall {s['wall_ratio_median']:.2f}, CPU {s['cpu_ratio_median']:.2f} (medians of "
               f"pairs), peak RSS {s['rss_ratio']:.2f}")
         print(f"  machine: {figures['cpus']} CPUs, Python {figures['python']}, load average "
