@@ -19,12 +19,13 @@ has no answer off EC2.
 Both run end to end as subprocesses of the same interpreter, from bytecode compiled first (what
 `pip install` leaves), into a fresh output folder each run, in pairs whose order alternates.
 After each pair a third child only imports typer, pydantic, rich, jinja2 and yaml: the floor
-under our render's time and memory, printed on its own line. The figures: median wall time of each, the median of the per-pair ratios, and peak RSS (the child's
-``ru_maxrss`` from ``wait4``); also each child's CPU time (user + system from the same ``wait4``),
-which a busy machine disturbs less than the wall time. ``--scaling`` adds a table of in-process
-validate + resolve + render time for 2k-65k nodes in 4-256 node groups, each repeat from the
-spec's data: it grows with groups, not nodes (``--onprem``: the same for on-prem groups;
-``--addresses``: on-prem groups with their nodes' addresses, one range per /24).
+under our render's time and memory, printed on its own line. The figures: median wall time of
+each, the median of the per-pair ratios, and peak RSS (the child's ``ru_maxrss`` from ``wait4``);
+also each child's CPU time (user + system from the same ``wait4``), which a busy machine disturbs
+less than the wall time. ``--scaling`` adds a table of in-process validate + resolve + render time
+for 2k-65k nodes in 4-256 node groups, each repeat from the spec's data: it grows with groups,
+not nodes (``--onprem``: the same for on-prem groups; ``--addresses``: on-prem groups with their
+nodes' addresses, one range per /24).
 """
 
 from __future__ import annotations
