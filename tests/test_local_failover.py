@@ -156,13 +156,23 @@ def test_the_backup_takes_over_and_no_job_or_record_is_lost(cluster: LocalCluste
         every=2,
         show=lambda: sh(lc, "ctl-1", "systemctl status slurmctld --no-pager; ps -eo pid,stat,wchan:32,args", ok=False),
     )
-    wait_for("the backup running as primary", lambda: primary_lines(lc, "ctl-2") > seen, 90)
-    took = time.monotonic() - killed
-    print(f"\nbackup took over {took:.1f} s after the primary was killed (SlurmctldTimeout=10)")
+    gone = time.monotonic()
+
+    def backup_log() -> str:
+        # what the backup did meanwhile: its pings of the primary and its takeover, with times
+        return sh(lc, "ctl-2", f"tail -n 40 {CTLD_LOG}", ok=False)
+
+    wait_for("the backup running as primary", lambda: primary_lines(lc, "ctl-2") > seen, 90, show=backup_log)
+    took = time.monotonic() - gone
+    print(f"\nthe primary's process was gone {gone - killed:.1f} s after the SIGKILL; the backup ran as "
+          f"primary {took:.1f} s after that (SlurmctldTimeout=10)")
     # the backup pings the primary every SlurmctldTimeout/3 and takes over once it has not answered
     # for SlurmctldTimeout: about 10-14 s here; the bound is loose for a loaded machine, and tight
-    # enough that only the backup's own takeover (not a restarted primary) meets it
-    assert took < 60
+    # enough that only the backup's own takeover (not a restarted primary) meets it. It counts from
+    # the primary's end, not from the SIGKILL: a process in uninterruptible IO outlives the signal
+    # (above) by as long as the disk takes, which is no part of Slurm's failover (a CI run under
+    # three test lanes saw 90 s from the SIGKILL to the takeover).
+    assert took < 60, backup_log()
     wait_for("squeue answered by the backup", lambda: lc.on(CLIENT, "squeue -h", timeout=30).returncode == 0, 60)
     assert wait_for("ping: primary DOWN, backup UP", lambda: ping(lc) == {"primary": "DOWN", "backup": "UP"}, 60)
     after = sh(lc, CLIENT, "sbatch --parsable -N1 --wrap 'true'").strip()
