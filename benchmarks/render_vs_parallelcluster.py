@@ -18,7 +18,8 @@ has no answer off EC2.
 
 Both run end to end as subprocesses of the same interpreter, from bytecode compiled first (what
 `pip install` leaves), into a fresh output folder each run, in pairs whose order alternates.
-After each pair a third child only imports typer, pydantic, rich, jinja2 and yaml: the floor
+After each pair a third child only imports typer, pydantic, jinja2 and yaml, what a render
+whose output is a pipe imports of its libraries (rich decorates a terminal only): the floor
 under our render's time and memory, printed on its own line. The figures: median wall time of
 each, the median of the per-pair ratios, and peak RSS (the child's ``ru_maxrss`` from ``wait4``);
 also each child's CPU time (user + system from the same ``wait4``), which a busy machine disturbs
@@ -103,8 +104,12 @@ def materialise_peer(repo: Path | None) -> Path:
                            check=True)
         staged = Path(tmp) / "peer"
         for p, want in PEER_FILES.items():
-            blob = subprocess.run(["git", "-C", str(repo), "show", f"{PEER_COMMIT}:{p}"], check=True,
-                                  capture_output=True).stdout
+            shown = subprocess.run(["git", "-C", str(repo), "show", f"{PEER_COMMIT}:{p}"], capture_output=True)
+            if shown.returncode != 0:
+                raise SystemExit(f"--peer-repo {repo}: no {p} at {PEER_COMMIT[:12]} there "
+                                 f"({shown.stderr.decode(errors='replace').strip()}); give a clone or bare git "
+                                 f"folder of {PEER_URL} that holds that commit, or leave --peer-repo out to clone it")
+            blob = shown.stdout
             got = hashlib.sha256(blob).hexdigest()
             if got != want:
                 raise SystemExit(f"peer file {p} at {PEER_COMMIT[:12]} has sha256 {got}, the pin says {want}")
@@ -233,9 +238,9 @@ def _prepare(peer: Path, t: Path) -> tuple[list[str], list[str], dict[str, str]]
     return ours, theirs, env
 
 
-#: what `render` imports of the libraries the issue keeps (typer, pydantic, rich) plus jinja2 and yaml
-LIBRARY_IMPORTS = ("import typer, pydantic, pydantic.main, pydantic.types, rich.console, rich.table, "
-                   "jinja2, yaml")
+#: what `render` imports of the libraries the issue keeps (typer, pydantic) plus jinja2 and yaml, when
+#: its output is a pipe or a file as here: it prints its file list through rich on a terminal only
+LIBRARY_IMPORTS = "import typer, pydantic, pydantic.main, pydantic.types, jinja2, yaml"
 
 
 def instructions(peer: Path) -> dict[str, int]:
@@ -252,7 +257,7 @@ def instructions(peer: Path) -> dict[str, int]:
         for name, argv in (("python3 -c pass", [sys.executable, "-c", "pass"]),
                            ("parallelcluster generator, end to end", theirs),
                            ("clusterforge render, end to end", ours),
-                           ("importing typer, pydantic, rich, jinja2, yaml", [sys.executable, "-c", LIBRARY_IMPORTS]),
+                           ("importing typer, pydantic, jinja2, yaml", [sys.executable, "-c", LIBRARY_IMPORTS]),
                            # pydantic_core's import decorates with typing_extensions' @deprecated,
                            # which before typing_extensions 4.16 imported asyncio on Python 3.11 to
                            # check for coroutines; pyproject.toml asks for 4.16, and this row is what
@@ -274,7 +279,8 @@ def side_by_side(pairs: int, peer: Path) -> dict[str, Any]:
         t = Path(tmp)
         ours, theirs, env = _prepare(peer, t)
 
-        # the third child only imports the libraries the issue keeps (typer, pydantic, rich) and
+        # the third child only imports the libraries the issue keeps that a render in a pipe uses
+        # (typer, pydantic) and
         # jinja2 and yaml: the floor under our render's time and memory, run in the same rotation
         imports = [sys.executable, "-c", LIBRARY_IMPORTS]
 
@@ -419,7 +425,7 @@ def main() -> int:
               f"{s['peak_rss_mib']['peer']:.1f} MiB   ({s['peer_nodename_lines']} NodeName lines, "
               f"{PEER_COMMIT[:12]})")
         print(f"  importing the libraries alone    {s['wall_s']['imports']:.3f} s   CPU {s['cpu_s']['imports']:.3f} s   peak RSS "
-              f"{s['peak_rss_mib']['imports']:.1f} MiB   (typer, pydantic, rich, jinja2, yaml: our floor)")
+              f"{s['peak_rss_mib']['imports']:.1f} MiB   (typer, pydantic, jinja2, yaml: our floor)")
         print(f"  ratio (ours / peer): wall {s['wall_ratio_median']:.2f}, CPU {s['cpu_ratio_median']:.2f} (medians of "
               f"pairs), peak RSS {s['rss_ratio']:.2f}")
         print(f"  machine: {figures['cpus']} CPUs, Python {figures['python']}, load average "

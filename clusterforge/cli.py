@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import copy
+import dataclasses
 import functools
 import gc
 import json
@@ -32,7 +33,6 @@ from clusterforge.errors import ClusterforgeError
 # verb's modules: `python3 -X importtime -m clusterforge.cli VERB ...` shows what one loads.
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.table import Table
 
     from clusterforge.clusterspec import Finding, Level
     from clusterforge.local import LocalCluster
@@ -48,18 +48,40 @@ app = typer.Typer(
 )
 
 
+# emoji=False: a spec's value or a node's name printed as text is printed as it is (rich would
+# replace a ":name:" inside it with an emoji)
 @functools.cache
 def _out() -> Console:
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, emoji=False)
 
 
 @functools.cache
 def _err() -> Console:
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+
+
+def _plain() -> bool:
+    """Standard output is a pipe or a file, not a terminal: a verb's lines go out as plain text and
+    its tables as tab-separated lines, without importing rich (a fifth of a render in a pipe).
+    Where rich's own switches are set (``TTY_COMPATIBLE``, ``FORCE_COLOR``) rich decides, as before."""
+    if "TTY_COMPATIBLE" in os.environ or "FORCE_COLOR" in os.environ:
+        return not _out().is_terminal
+    try:
+        return not sys.stdout.isatty()
+    except (AttributeError, ValueError):  # no stdout, or a closed one: nothing to decorate
+        return True
+
+
+def _say(text: str) -> None:
+    """One line of plain text (no markup) on standard output: rich's console on a terminal."""
+    if _plain():
+        print(text, flush=True)
+    else:
+        _out().print(text, markup=False)
 
 
 def _write_path(value: str | Path) -> Path:
@@ -88,21 +110,36 @@ def _resolve(spec: Path, facts: Path | None = None, slurm_version: str | None = 
     return resolve_file(spec, facts_dir=facts, slurm_version=slurm_version)
 
 
-def _table(*cols: str) -> Table:
-    """A plain terminal table (no box: it also reads well in a log or a pipe)."""
+@dataclasses.dataclass
+class _Rows:
+    """A verb's table as data: printed by `_print_table`, for a terminal or for a pipe."""
+
+    columns: tuple[str, ...]
+    rows: list[tuple[str, ...]] = dataclasses.field(default_factory=list)
+
+    def add_row(self, *cells: str) -> None:
+        self.rows.append(cells)
+
+
+def _table(*cols: str) -> _Rows:
+    return _Rows(cols)
+
+
+def _print_table(t: _Rows) -> None:
+    """A terminal gets rich's table (no box); a pipe or a file gets the header and one line per
+    row, the cells separated by tabs, whole (`cut -f2`, `awk -F'\\t'`): data, not a layout."""
+    if _plain():
+        sys.stdout.write("".join("\t".join(r) + "\n" for r in (t.columns, *t.rows)))
+        sys.stdout.flush()
+        return
     from rich.table import Table
 
-    t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for c in cols:
-        t.add_column(c, overflow="fold")
-    return t
-
-
-def _print_table(t: Table) -> None:
-    # a pipe or a file gets whole lines (rich would fold at 80 columns there)
-    from rich.console import Console
-
-    (_out() if _out().is_terminal else Console(highlight=False, width=200)).print(t)
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for c in t.columns:
+        table.add_column(c, overflow="fold")
+    for r in t.rows:
+        table.add_row(*r)
+    _out().print(table)
 
 
 def _refuse_errors(rc: ResolvedCluster, what: str) -> None:
@@ -112,7 +149,7 @@ def _refuse_errors(rc: ResolvedCluster, what: str) -> None:
         from clusterforge.clusterspec import Level
 
         _print_findings(errors, Level.ERROR)
-        _out().print(f"not {what}: fix the errors above (`clusterforge validate` shows warnings too)", markup=False)
+        _say(f"not {what}: fix the errors above (`clusterforge validate` shows warnings too)")
         raise typer.Exit(1)
 
 
@@ -121,14 +158,18 @@ def _print_findings(findings: list[Finding], fail_level: Level) -> int:
 
     style = {Level.ERROR: "bold red", Level.WARNING: "yellow", Level.INFO: "cyan"}
     for f in findings:
-        _out().print(f"[{style[f.level]}]{f.level.value}[/] [bold]{f.path}[/] = {f.value!r}")
-        _out().print(f"    why: {f.why}", markup=False)
-        _out().print(f"    fix: {f.fix}  [{f.code}]", markup=False)
+        if _plain():
+            _say(f"{f.level.value} {f.path} = {f.value!r}")
+        else:
+            # styled spans, not markup: a value is the user's text, and rich would read a "[b]" in
+            # it as a tag (and stop at a "[/]" with an error)
+            from rich.text import Text
+
+            _out().print(Text.assemble((f.level.value, style[f.level]), " ", (f.path, "bold"), f" = {f.value!r}"))
+        _say(f"    why: {f.why}")
+        _say(f"    fix: {f.fix}  [{f.code}]")
     counts = {lv: sum(1 for f in findings if f.level is lv) for lv in Level}
-    _out().print(
-        f"{counts[Level.ERROR]} error(s), {counts[Level.WARNING]} warning(s), {counts[Level.INFO]} info",
-        markup=False,
-    )
+    _say(f"{counts[Level.ERROR]} error(s), {counts[Level.WARNING]} warning(s), {counts[Level.INFO]} info")
     failing = {Level.ERROR} if fail_level is Level.ERROR else {Level.ERROR, Level.WARNING}
     return 1 if any(f.level in failing for f in findings) else 0
 
@@ -161,7 +202,7 @@ def validate_cmd(
         raise typer.Exit(1 if any(f.level.value in failing for f in findings) else 0)
     from clusterforge.clusterspec import Level
 
-    _out().print(f"{spec}: cluster {cluster.name!r}, Slurm {cluster.slurm.version}", markup=False)
+    _say(f"{spec}: cluster {cluster.name!r}, Slurm {cluster.slurm.version}")
     raise typer.Exit(_print_findings(findings, Level(fail_on)))
 
 
@@ -188,11 +229,10 @@ def render_cmd(
         files.add_row(f.name, f.node_path, f.sha256[:12], ", ".join(f.groups))
     _print_table(files)
     for note in result.notes:
-        _out().print(f"  note: {note}", markup=False)
-    _out().print(
+        _say(f"  note: {note}")
+    _say(
         f"{'wrote' if changed else 'unchanged'}: {out_dir} ({len(result.files)} files + manifest.json, "
-        f"Slurm {result.slurm_version})",
-        markup=False,
+        f"Slurm {result.slurm_version})"
     )
 
 
@@ -223,7 +263,7 @@ def check_cmd(
             "check: builds the release family's root filesystem first if it is missing (timed as rootfs_build)"
         )
     report = check_dir(rendered, timeout_s=timeout, build_rootfs=build_rootfs)
-    _out().print(format_report(report), markup=False)
+    _say(format_report(report))
     raise typer.Exit(0 if report.ok else 1)
 
 
@@ -268,8 +308,8 @@ def inventory_cmd(
     res = generate_inventory(
         rc, stack_outputs=stack_outputs, out_dir=out_dir, manifest_dir=manifest_dir, force=force
     )
-    _out().print(f"inventory: {res.out_dir} ({len(res.written)} files)", markup=False)
-    _out().print(f"rendered configs: {res.manifest_dir}", markup=False)
+    _say(f"inventory: {res.out_dir} ({len(res.written)} files)")
+    _say(f"rendered configs: {res.manifest_dir}")
 
 
 @app.command("configure")
@@ -309,7 +349,7 @@ def configure_cmd(
         facts_dir=facts,
         force=force,
         strategy=strategy,
-        progress=TextProgress(lambda line: _out().print(line, markup=False)),
+        progress=TextProgress(lambda line: _say(line)),
     )
     for f in res.failures:
         _err().print(f"failed: {f}", markup=False)
@@ -345,7 +385,7 @@ def retire_cmd(
         stack_outputs=stack_outputs,
         inventory_dir=inventory_dir,
         vault_password_file=vault_password_file,
-        progress=TextProgress(lambda line: _out().print(line, markup=False)),
+        progress=TextProgress(lambda line: _say(line)),
     )
     for f in res.failures:
         _err().print(f"failed: {f}", markup=False)
@@ -498,11 +538,11 @@ def local_up_cmd(
         configure=not nodes_only,
         check=check,
         diff=diff,
-        progress=lambda m: _out().print(m, markup=False),
-        ansible_progress=TextProgress(lambda line: _out().print(line, markup=False)),
+        progress=lambda m: _say(m),
+        ansible_progress=TextProgress(lambda line: _say(line)),
     )
     times = ", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items())
-    _out().print(f"local cluster {res.layout.cluster}: {times}", markup=False)
+    _say(f"local cluster {res.layout.cluster}: {times}")
     if res.configure is not None:
         for f in res.configure.failures:
             _err().print(f"failed: {f}", markup=False)
@@ -514,11 +554,10 @@ def local_up_cmd(
             raise typer.Exit(1)
     if not check and not nodes_only:
         st = lc.status()
-        _out().print(st["sinfo"].rstrip(), markup=False)
-        _out().print(
+        _say(st["sinfo"].rstrip())
+        _say(
             f"log in: clusterforge local ssh {lc.submit_node()}    jobs: clusterforge local run -- srun -N2 hostname"
-            "    remove: clusterforge local down",
-            markup=False,
+            "    remove: clusterforge local down"
         )
 
 
@@ -531,19 +570,18 @@ def local_status_cmd(
     if as_json:
         print(json.dumps(st, indent=2))
         return
-    _out().print(f"local cluster {st['cluster']} ({'up' if st['up'] else 'down'}), state {st['state']}", markup=False)
+    _say(f"local cluster {st['cluster']} ({'up' if st['up'] else 'down'}), state {st['state']}")
     for name, n in st["nodes"].items():
         gpus = f" {n['gpus']} GPUs" if n["gpus"] else ""
         state_word = "running" if n["running"] else "STOPPED"
-        _out().print(f"  {name:<10} {n['address']:<14} {n['role']:<10} {state_word}{gpus}", markup=False)
+        _say(f"  {name:<10} {n['address']:<14} {n['role']:<10} {state_word}{gpus}")
     for iid, i in st.get("instances", {}).items():
-        _out().print(f"  instance {iid:<20} {i['address']:<14} {i['group']:<8} {i['state']:<16} "
-                  f"name {i['name'] or '-'}" + (f"  claim error: {i['claim_error']}" if i["claim_error"] else ""),
-                  markup=False)
+        _say(f"  instance {iid:<20} {i['address']:<14} {i['group']:<8} {i['state']:<16} "
+             f"name {i['name'] or '-'}" + (f"  claim error: {i['claim_error']}" if i["claim_error"] else ""))
     for note in st.get("notes", []):
         _err().print(f"  {note}", markup=False)
     if st["sinfo"]:
-        _out().print(st["sinfo"].rstrip(), markup=False)
+        _say(st["sinfo"].rstrip())
     if not all(n["running"] for n in st["nodes"].values()) or st.get("notes"):
         raise typer.Exit(1)
 
@@ -554,8 +592,8 @@ def local_rejoin_cmd(state: StateOpt = None) -> None:
     (--limit) and registered with their new addresses."""
     from clusterforge.local.aws.flavour import rejoin
 
-    res = rejoin(_local(state).aws(), say=lambda m: _out().print(m, markup=False))
-    _out().print(", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items()) or "nothing to do", markup=False)
+    res = rejoin(_local(state).aws(), say=lambda m: _say(m))
+    _say(", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items()) or "nothing to do")
 
 
 @local_app.command("replace")
@@ -568,8 +606,8 @@ def local_replace_cmd(
     then rejoin: the new instance takes the name, one host is configured, slurmd registers."""
     from clusterforge.local.aws.flavour import replace
 
-    res = replace(_local(state).aws(), node, reason=reason, say=lambda m: _out().print(m, markup=False))
-    _out().print(", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items()), markup=False)
+    res = replace(_local(state).aws(), node, reason=reason, say=lambda m: _say(m))
+    _say(", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items()))
 
 
 @local_app.command("interrupt")
@@ -588,7 +626,7 @@ def local_interrupt_cmd(
         _err().print(f"--action {action!r}: EC2 notices say terminate, stop or hibernate", markup=False)
         raise typer.Exit(2)
     when = interrupt(_local(state).aws(), node, action=action, lead_s=lead)
-    _out().print(f"{node}: spot/instance-action {action} at {when} (served from now on)", markup=False)
+    _say(f"{node}: spot/instance-action {action} at {when} (served from now on)")
 
 
 @local_app.command("retire")
@@ -605,7 +643,7 @@ def local_retire_cmd(
     res = _local(state).configure(
         playbook="retire.yml",
         extra_vars={"retire_nodes": nodes, "retire_requeue": requeue, "retire_drain_timeout_s": drain_timeout},
-        progress=TextProgress(lambda line: _out().print(line, markup=False)),
+        progress=TextProgress(lambda line: _say(line)),
     )
     for f in res.failures:
         _err().print(f"failed: {f}", markup=False)
@@ -647,9 +685,9 @@ def local_down_cmd(state: StateOpt = None) -> None:
     """Remove everything `up` made: processes (by PID), namespaces, mounts, cgroup folders, rootfs layers."""
     removed = _local(state).down()
     if not removed:
-        _out().print("nothing to remove: no local cluster here", markup=False)
+        _say("nothing to remove: no local cluster here")
     for r in removed:
-        _out().print(f"removed {r}", markup=False)
+        _say(f"removed {r}")
 
 
 @app.command("schema")
@@ -730,7 +768,7 @@ def nccl_verdict_cmd(
         outlier=outlier,
     )
     for line in format_verdict(verdict):
-        _out().print(line, markup=False)
+        _say(line)
     raise typer.Exit(verdict.exit_code)
 
 

@@ -138,6 +138,15 @@ def _imported(argv: list[str]) -> set[str]:
     return {line.rsplit("|", 1)[1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
 
 
+def test_render_in_a_pipe_imports_no_rich(tmp_path: Path) -> None:
+    # a pipe or a file gets the file list as tab-separated lines (tests/test_cli_output.py): rich's
+    # console and table are for a terminal, about a tenth of a render's instructions (the benchmark's
+    # --instructions)
+    imported = _imported(["render", str(EXAMPLES / "p5-training.yaml"), "--out", str(tmp_path / "out")])
+    assert "clusterforge.render.writer" in imported  # the listing is read right
+    assert sorted(m for m in imported if m.split(".")[0] == "rich") == []
+
+
 def test_plan_json_imports_no_rich() -> None:
     # rich prints the plan for people; the JSON is json.dumps of plain data
     as_json = _imported(["plan", str(EXAMPLES / "p5-training.yaml"), "--json"])
