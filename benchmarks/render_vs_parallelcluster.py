@@ -1,6 +1,6 @@
 """`clusterforge render` against AWS ParallelCluster's own Slurm config generator, side by side.
 
-    python3 benchmarks/render_vs_parallelcluster.py [--pairs N] [--peer-repo DIR] [--scaling] [--instructions]
+    python3 benchmarks/render_vs_parallelcluster.py [--pairs N] [--peer-repo DIR] [--scaling] [--instructions | --import-steps]
 
 The cluster: 2,048 p5.48xlarge (EFA, 8 H100 each) and 512 c7i.48xlarge, a controller and a login
 node; `examples/p5-training.yaml` with those two counts. The peer gets the same cluster as a
@@ -26,7 +26,9 @@ also each child's CPU time (user + system from the same ``wait4``), which a busy
 less than the wall time. ``--scaling`` adds a table of in-process validate + resolve + render time
 for 2k-65k nodes in 4-256 node groups, each repeat from the spec's data: it grows with groups,
 not nodes (``--onprem``: the same for on-prem groups; ``--addresses``: on-prem groups with their
-nodes' addresses, one range per /24).
+nodes' addresses, one range per /24). ``--instructions`` and ``--import-steps`` count instructions
+under valgrind instead: the second adds a render's imports one module at a time on top of its
+libraries, then the whole render, so each step's share is a figure a busy machine does not move.
 """
 
 from __future__ import annotations
@@ -248,8 +250,6 @@ def instructions(peer: Path) -> dict[str, int]:
     move. Python start alone, the peer end to end, our render end to end, importing the libraries
     render uses, asyncio alone (Python's start included: subtract the first row) and the spec's
     pydantic models with what they import."""
-    if shutil.which("valgrind") is None:
-        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
     out: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="cf-bench-") as tmp:
         t = Path(tmp)
@@ -265,13 +265,53 @@ def instructions(peer: Path) -> dict[str, int]:
                            ("importing asyncio alone (typing_extensions < 4.16 on 3.11)", [sys.executable, "-c", "import asyncio"]),
                            ("importing the spec's models (and pydantic, yaml)",
                             [sys.executable, "-c", "import clusterforge.clusterspec.models"])):
-            shutil.rmtree(t / "ours", ignore_errors=True)
-            shutil.rmtree(t / "peer", ignore_errors=True)
-            cg = t / "callgrind.out"
-            _run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}", *argv], ROOT, env)
-            totals = [ln for ln in cg.read_text().splitlines() if ln.startswith(("summary:", "totals:"))]
-            out[name] = int(totals[-1].split()[1])
+            out[name] = _callgrind(argv, t, env)
     return out
+
+
+def _callgrind(argv: list[str], t: Path, env: dict[str, str]) -> int:
+    """Instructions of one run of ``argv`` under callgrind (each run into fresh output folders)."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions and --import-steps need valgrind (apt-get install valgrind)")
+    shutil.rmtree(t / "ours", ignore_errors=True)
+    shutil.rmtree(t / "peer", ignore_errors=True)
+    cg = t / "callgrind.out"
+    _run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}", *argv], ROOT, env)
+    totals = [ln for ln in cg.read_text().splitlines() if ln.startswith(("summary:", "totals:"))]
+    return int(totals[-1].split()[1])
+
+
+#: a render's imports on top of its libraries, one step each (cumulative): what each adds
+IMPORT_STEPS = (
+    ("the libraries alone (typer, pydantic, jinja2, yaml)", ""),
+    ("+ importlib.metadata (pydantic 2.13's plugin loader imports it at the first model build)",
+     "importlib.metadata"),
+    ("+ clusterforge.cli", "clusterforge.cli"),
+    ("+ the spec's models (clusterforge.clusterspec.models)", "clusterforge.clusterspec.models"),
+    ("+ the catalog (clusterforge.catalog)", "clusterforge.catalog"),
+    ("+ the manifest's models (clusterforge.render.manifest)", "clusterforge.render.manifest"),
+    ("+ the resolver and the rules (clusterforge.resolve)", "clusterforge.resolve"),
+    ("+ the renderer (clusterforge.render.build, .writer)", "clusterforge.render.build, clusterforge.render.writer"),
+)
+
+
+def import_steps(peer: Path) -> list[tuple[str, int]]:
+    """Instructions of a render's imports, one more module per step on top of the libraries (with
+    ``PYDANTIC_DISABLE_PLUGINS=__all__``, as the CLI sets it), then the whole render and the peer's
+    whole run: where our part of a render goes, in a figure a busy machine does not move."""
+    rows: list[tuple[str, int]] = []
+    with tempfile.TemporaryDirectory(prefix="cf-bench-") as tmp:
+        t = Path(tmp)
+        ours, theirs, env = _prepare(peer, t)
+        env = {**env, "PYDANTIC_DISABLE_PLUGINS": "__all__"}
+        code = LIBRARY_IMPORTS
+        for name, modules in IMPORT_STEPS:
+            code += f", {modules}" if modules else ""
+            rows.append((name, _callgrind([sys.executable, "-c", code], t, env)))
+        rows.append(("clusterforge render, end to end (the rest: read, resolve, render, write)",
+                     _callgrind(ours, t, env)))
+        rows.append(("parallelcluster generator, end to end", _callgrind(theirs, t, env)))
+    return rows
 
 
 def side_by_side(pairs: int, peer: Path) -> dict[str, Any]:
@@ -397,8 +437,21 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--instructions", action="store_true",
                     help="only the instruction counts under valgrind's callgrind (one run each; minutes)")
+    ap.add_argument("--import-steps", action="store_true",
+                    help="only the instructions of a render's imports, one module more per step (minutes)")
     args = ap.parse_args()
     figures: dict[str, Any] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    if args.import_steps:
+        rows = import_steps(materialise_peer(args.peer_repo))
+        if args.json:
+            print(json.dumps(dict(rows), indent=2))
+            return 0
+        print(f"instructions (valgrind --tool=callgrind, one run each, Python {figures['python']}), cumulative / added")
+        steps = len(IMPORT_STEPS)
+        for i, (name, n) in enumerate(rows):
+            added = f"{(n - rows[i - 1][1]) / 1e6:+8,.0f} M" if 0 < i <= steps else ""
+            print(f"  {name:88s} {n / 1e6:8,.0f} M {added}")
+        return 0
     if args.instructions:
         counts = instructions(materialise_peer(args.peer_repo))
         if args.json:
