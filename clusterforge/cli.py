@@ -66,7 +66,7 @@ def _err() -> Console:
 
 def _plain() -> bool:
     """Standard output is a pipe or a file, not a terminal: a verb's lines go out as plain text and
-    its tables as tab-separated lines, without importing rich (a fifth of a render in a pipe).
+    its tables as tab-separated lines, without importing rich (a tenth of a render's instructions).
     Where rich's own switches are set (``TTY_COMPATIBLE``, ``FORCE_COLOR``) rich decides, as before."""
     if "TTY_COMPATIBLE" in os.environ or "FORCE_COLOR" in os.environ:
         return not _out().is_terminal
@@ -349,7 +349,7 @@ def configure_cmd(
         facts_dir=facts,
         force=force,
         strategy=strategy,
-        progress=TextProgress(lambda line: _say(line)),
+        progress=TextProgress(_say),
     )
     for f in res.failures:
         _err().print(f"failed: {f}", markup=False)
@@ -385,7 +385,7 @@ def retire_cmd(
         stack_outputs=stack_outputs,
         inventory_dir=inventory_dir,
         vault_password_file=vault_password_file,
-        progress=TextProgress(lambda line: _say(line)),
+        progress=TextProgress(_say),
     )
     for f in res.failures:
         _err().print(f"failed: {f}", markup=False)
@@ -538,8 +538,8 @@ def local_up_cmd(
         configure=not nodes_only,
         check=check,
         diff=diff,
-        progress=lambda m: _say(m),
-        ansible_progress=TextProgress(lambda line: _say(line)),
+        progress=_say,
+        ansible_progress=TextProgress(_say),
     )
     times = ", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items())
     _say(f"local cluster {res.layout.cluster}: {times}")
@@ -592,7 +592,7 @@ def local_rejoin_cmd(state: StateOpt = None) -> None:
     (--limit) and registered with their new addresses."""
     from clusterforge.local.aws.flavour import rejoin
 
-    res = rejoin(_local(state).aws(), say=lambda m: _say(m))
+    res = rejoin(_local(state).aws(), say=_say)
     _say(", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items()) or "nothing to do")
 
 
@@ -606,7 +606,7 @@ def local_replace_cmd(
     then rejoin: the new instance takes the name, one host is configured, slurmd registers."""
     from clusterforge.local.aws.flavour import replace
 
-    res = replace(_local(state).aws(), node, reason=reason, say=lambda m: _say(m))
+    res = replace(_local(state).aws(), node, reason=reason, say=_say)
     _say(", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items()))
 
 
@@ -643,7 +643,7 @@ def local_retire_cmd(
     res = _local(state).configure(
         playbook="retire.yml",
         extra_vars={"retire_nodes": nodes, "retire_requeue": requeue, "retire_drain_timeout_s": drain_timeout},
-        progress=TextProgress(lambda line: _say(line)),
+        progress=TextProgress(_say),
     )
     for f in res.failures:
         _err().print(f"failed: {f}", markup=False)
