@@ -319,9 +319,8 @@ def side_by_side(pairs: int, peer: Path) -> dict[str, Any]:
         t = Path(tmp)
         ours, theirs, env = _prepare(peer, t)
 
-        # the third child only imports the libraries the issue keeps that a render in a pipe uses
-        # (typer, pydantic) and
-        # jinja2 and yaml: the floor under our render's time and memory, run in the same rotation
+        # the third child only imports the libraries a render in a pipe uses (typer, pydantic, jinja2,
+        # yaml): the floor under our render's time and memory, run in the same rotation
         imports = [sys.executable, "-c", LIBRARY_IMPORTS]
 
         def once(which: str) -> tuple[float, int, float]:

@@ -4,9 +4,10 @@ Exit codes: 0 success; 1 the spec or cluster has errors (validation, check, diff
 2 bad input (missing file, malformed YAML, unknown key, wrong type) — always one message, never a
 traceback.
 
-About 830 lines in one module on purpose: it is typer's whole command tree (every verb and its
-options, read together for consistent names and help, including the `local` sub-commands), and
-each verb's body is a few lines over the library.
+About 870 lines in one module on purpose: it is typer's whole command tree (every verb and its
+options, read together for consistent names and help, including the `local` sub-commands), each
+verb's body is a few lines over the library, and the few helpers every verb prints through (rich
+on a terminal, plain lines and tab-separated tables in a pipe) sit beside them.
 """
 
 from __future__ import annotations
