@@ -128,6 +128,51 @@ def test_render_builds_only_the_models_it_uses(tmp_path: Path) -> None:
     assert set(ast.literal_eval(res.stdout)) == RENDER_MODELS
 
 
+# the dataclasses a render defines: each needs what a NamedTuple lacks. On Python 3.11 a frozen
+# dataclass compiles each generated method (__init__, __repr__, __eq__, __hash__, __setattr__,
+# __delattr__) when its module is imported, so a plain immutable record a render builds is a
+# typing.NamedTuple instead (24 of them: a render's instructions, the benchmark's --instructions,
+# in docs/performance.md)
+RENDER_DATACLASSES = {
+    "clusterforge.aws.ec2topology.Topology",  # mutable: filled as reports come in
+    "clusterforge.cli._Rows",  # mutable: rows added as they are made
+    "clusterforge.render.dashboards._Board",  # mutable: panels placed as they are made
+    "clusterforge.render.dashboards._Grid",  # mutable: the next free cell
+    "clusterforge.render.model.ClusterModel",  # a mutable notes list (default_factory)
+    "clusterforge.render.model.GpuSet",  # a field named count (a tuple's method)
+    "clusterforge.render.model.NodeSet",  # cached_property, and fields left out of ==
+    "clusterforge.render.model.TopologyModel",  # a dict field left out of ==
+    "clusterforge.resolve.ResolvedCluster",  # cached_property
+    "clusterforge.resolve.ResolvedGroup",  # cached_property
+}
+
+_DATACLASSES = """
+import contextlib, dataclasses, io, sys
+sys.argv[0] = "clusterforge"
+made = []
+real = dataclasses._process_class
+def record(cls, *args, **kwargs):
+    made.append(f"{cls.__module__}.{cls.__qualname__}")
+    return real(cls, *args, **kwargs)
+dataclasses._process_class = record
+from clusterforge.cli import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    main()
+print(sorted(m for m in made if m.startswith("clusterforge.")))
+"""
+
+
+def test_render_defines_only_the_dataclasses_it_needs(tmp_path: Path) -> None:
+    res = subprocess.run(
+        [sys.executable, "-c", _DATACLASSES, "render", str(EXAMPLES / "p5-training.yaml"), "--out",
+         str(tmp_path / "out")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert (tmp_path / "out" / "manifest.json").is_file()  # the render ran
+    assert set(ast.literal_eval(res.stdout)) == RENDER_DATACLASSES
+
+
 def _imported(argv: list[str]) -> set[str]:
     """The modules a ``clusterforge`` process running ``argv`` imports (``python -X importtime``)."""
     res = subprocess.run(

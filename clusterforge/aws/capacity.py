@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 try:
     from clusterforge.aws import slurmcmd
@@ -76,8 +75,9 @@ def blocks_config(cluster: Cluster) -> list[dict[str, Any]]:
     return out
 
 
-@dataclass(frozen=True)
-class Clock:
+# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
+# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+class Clock(NamedTuple):
     """virtual = virtual_anchor + (real - real_anchor) * scale (scale 1, anchors equal: real time)."""
 
     real_anchor: datetime

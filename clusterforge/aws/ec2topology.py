@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 TAG_CLUSTER = "clusterforge:cluster"
 TAG_HOSTNAME = "clusterforge:hostname"
@@ -38,8 +38,9 @@ class TopologyFormatError(ValueError):
     """A response (live or saved) does not have AWS's documented shape; the message says where."""
 
 
-@dataclass(frozen=True)
-class InstanceTopology:
+# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
+# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+class InstanceTopology(NamedTuple):
     instance_id: str
     instance_type: str
     network_nodes: tuple[str, ...]  # top layer first

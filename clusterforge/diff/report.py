@@ -141,7 +141,7 @@ def to_dict(report: DiffReport) -> dict[str, Any]:
             "resources": None,
             "files": [asdict(f) for f in s.files],
             "cost": {**asdict(s.cost), "delta": s.cost.delta},
-            "impacts": [{**asdict(i), "cls": i.cls.value, "actions": i.actions} for i in s.impacts],
+            "impacts": [{**i._asdict(), "cls": i.cls.value, "actions": i.actions} for i in s.impacts],
             "operations": {"class": s.operations.cls.value, "steps": list(s.operations.steps),
                            "rule": s.operations.rule},
             "host_settings": [{**asdict(h), "action": h.action.value} for h in s.host_settings],

@@ -27,8 +27,7 @@ exporter, :9100) and job ``dcgm`` (dcgm-exporter, :9400), each target labelled w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from clusterforge.render.model import ClusterModel
 from clusterforge.render.yamlfile import dump_yaml
@@ -80,8 +79,9 @@ IB_ACTIVE = 4
 BYTES_PER_GBIT = 125_000_000
 
 
-@dataclass(frozen=True)
-class AlertRule:
+# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
+# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+class AlertRule(NamedTuple):
     alert: str
     expr: str
     for_s: int
@@ -91,8 +91,7 @@ class AlertRule:
     labels: tuple[tuple[str, str], ...] = ()  # beyond severity and cluster: what tells two alerts apart
 
 
-@dataclass(frozen=True)
-class RuleGroup:
+class RuleGroup(NamedTuple):
     name: str
     rules: tuple[AlertRule, ...]
 

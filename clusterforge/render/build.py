@@ -8,7 +8,6 @@ per host and task) does not load this one.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import hashlib
 from pathlib import Path
@@ -342,7 +341,7 @@ def render(rc: ResolvedCluster) -> RenderResult:
         if topo_files and t.plugin == "topology/tree" and t.basis is not None:
             # the controller's cloud agent rewrites the tree from EC2: Ansible installs the render's
             # copy there once (the per-group fallback) and never puts it back over the agent's
-            files[files.index(topo_files[0])] = dataclasses.replace(topo_files[0], kept_on=ctl_groups)
+            files[files.index(topo_files[0])] = topo_files[0]._replace(kept_on=ctl_groups)
         add_text("cloud/agent.json", agent_cfg, agents.AGENT_CONFIG_PATH, ctl_groups)
         cloud_compute = tuple(g.name for g in c.node_groups if g.is_cloud and g.role == "compute")
         add_text("cloud/node-agent.json", agents.node_agent_config(c), agents.NODE_AGENT_CONFIG_PATH, cloud_compute)

@@ -31,7 +31,7 @@ one place; split by dashboard, each file would re-import the same helpers for ~1
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from clusterforge.render import jsonfile
 from clusterforge.render.alerts import EFA_ERROR_COUNTERS, HW_SLOWDOWN_BITS, IB_ACTIVE, LOW_UTIL_PCT, THERMAL_BITS
@@ -88,8 +88,9 @@ NVLINK_ERRORS: tuple[tuple[str, str], ...] = (
 GREEN, YELLOW, RED, BLUE = "green", "#EAB839", "red", "blue"
 
 
-@dataclass(frozen=True)
-class Query:
+# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
+# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+class Query(NamedTuple):
     expr: str
     legend: str = ""
 
@@ -564,8 +565,7 @@ def _slurm(m: ClusterModel) -> _Board:
 # ------------------------------------------------------------------------------------- the files
 
 
-@dataclass(frozen=True)
-class Dashboard:
+class Dashboard(NamedTuple):
     slug: str  # file name without .json
     data: dict[str, Any]
 

@@ -9,7 +9,7 @@ one set of rules whichever way the check ran.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from clusterforge.clusterspec.models import Cluster
 from clusterforge.render.model import NodeSet
@@ -40,15 +40,15 @@ EFA_BIN = "/opt/amazon/efa/bin"
 ROW_REMAP_GENERATIONS = frozenset({"ampere", "ada", "hopper", "blackwell"})
 
 
-@dataclass(frozen=True)
-class IbPort:
+# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
+# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+class IbPort(NamedTuple):
     device: str
     port: int
     rate_gbps: int | None  # the profile's (catalog or ibstat facts); None: state only
 
 
-@dataclass(frozen=True)
-class HealthPlan:
+class HealthPlan(NamedTuple):
     """The checks one node group's program runs, with the values each is held against."""
 
     group: str

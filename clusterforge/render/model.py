@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from clusterforge import hostlist
 from clusterforge.catalog import HardwareProfile
@@ -133,8 +133,9 @@ def _same_order(names: tuple[str, ...], addrs: tuple[str, ...]) -> bool:
     return sorted(paired) == sorted(zip(names, addrs, strict=True))
 
 
-@dataclass(frozen=True)
-class PartitionModel:
+# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
+# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+class PartitionModel(NamedTuple):
     name: str
     nodes: str
     default: bool
@@ -143,16 +144,14 @@ class PartitionModel:
     def_mem_per_cpu: int
 
 
-@dataclass(frozen=True)
-class SwitchModel:
+class SwitchModel(NamedTuple):
     name: str
     nodes: str | None
     switches: str | None
     comment: str = ""
 
 
-@dataclass(frozen=True)
-class BlockModel:
+class BlockModel(NamedTuple):
     name: str
     nodes: str
 

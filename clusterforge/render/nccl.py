@@ -7,7 +7,7 @@ NCCL_BUFFSIZE, FI_EFA_FORK_SAFE, ...) fight it (aws-ofi-nccl doc/efa-env-var.md,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from clusterforge.clusterspec.models import Cluster
 from clusterforge.render.model import NodeSet
@@ -18,8 +18,9 @@ OFI_PREFIX = "/opt/amazon/ofi-nccl"
 EFA_PREFIX = "/opt/amazon/efa"
 
 
-@dataclass(frozen=True)
-class NcclPlan:
+# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
+# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+class NcclPlan(NamedTuple):
     conf: list[Setting]
     env: list[Setting]
     not_set: list[str]

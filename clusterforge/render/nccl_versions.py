@@ -10,8 +10,7 @@ aws-efa-installer CHANGELOG. Summary and audit in ../shared/reference/facts.md Â
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from clusterforge.clusterspec.types import version_tuple
 
@@ -21,8 +20,9 @@ Version = tuple[int, ...]
 EFA_DOC = "aws-ofi-nccl doc/efa-env-var.md @v1.7.4-aws..HEAD"
 
 
-@dataclass(frozen=True)
-class Gate:
+# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
+# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+class Gate(NamedTuple):
     component: Component
     first: Version  # the first release where the gated statement is true
     source: str

@@ -62,8 +62,8 @@ Sources (the tables cite them by these names):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 from clusterforge import hostlist
 from clusterforge.clusterspec.types import version_tuple
@@ -204,8 +204,9 @@ NODE_ADDRESS = frozenset({"NodeAddr", "NodeHostname", "Port"})
 # Other node parameters (Features, Weight, State, Reason, ...): scontrol reconfigure.
 
 
-@dataclass(frozen=True)
-class Impact:
+# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
+# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+class Impact(NamedTuple):
     """One classified difference. ``slurmd_nodes`` and ``drain_nodes`` are Slurm hostlists."""
 
     file: str
@@ -629,8 +630,7 @@ def host_actions(found: Iterable[Impact], *, host: str, controller: bool, comput
 # ----------------------------------------------------------------------------- summary
 
 
-@dataclass(frozen=True)
-class Operations:
+class Operations(NamedTuple):
     """What the whole change asks of the operator, in the order to do it."""
 
     cls: ImpactClass

@@ -8,14 +8,15 @@ This is the contract between the renderer and everything downstream (``check``, 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from clusterforge.render.manifest import ConfigRecords, Expect, Manifest, ManifestFile, SlurmLayout
 from clusterforge.render.restart import on_change_for
 
 
-@dataclass(frozen=True)
-class RenderedFile:
+# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
+# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+class RenderedFile(NamedTuple):
     """One rendered file.
 
     ``name`` is its path inside the output folder (``slurm/slurm.conf``, ``nccl/gpu.conf``);
@@ -54,8 +55,7 @@ class RenderedFile:
         )
 
 
-@dataclass(frozen=True)
-class RenderResult:
+class RenderResult(NamedTuple):
     cluster: str
     slurm_version: str
     files: dict[str, RenderedFile]

@@ -6,8 +6,7 @@ the gates); the templates only print what is built here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from clusterforge import hostlist
 from clusterforge.clusterspec.models import STATE_VOLUME_MOUNT, Cluster, EbsStateStorage
@@ -16,15 +15,15 @@ from clusterforge.render.model import ClusterModel, NodeSet
 from clusterforge.render.versions import has
 
 
-@dataclass(frozen=True)
-class Setting:
+# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
+# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+class Setting(NamedTuple):
     key: str
     value: str
     why: str = ""
 
 
-@dataclass(frozen=True)
-class Section:
+class Section(NamedTuple):
     title: str
     settings: tuple[Setting, ...]
 

@@ -27,8 +27,7 @@ nodes or switches, never both: slurmctld fatals; topology.conf(5)):
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 try:
     from clusterforge import hostlist
@@ -45,8 +44,9 @@ class TreeError(ValueError):
     """The switches do not form a tree Slurm accepts (the renderer reports it as a RenderError)."""
 
 
-@dataclass(frozen=True)
-class Switch:
+# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
+# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+class Switch(NamedTuple):
     """One ``SwitchName=`` line: a leaf has ``nodes``, an inner switch ``switches`` (hostlists)."""
 
     name: str

@@ -16,11 +16,12 @@ slurmdbd.conf accept mode 0640 and owner root, neither of which the render uses
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Gate:
+# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
+# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+class Gate(NamedTuple):
     first: tuple[int, int]
     """The first release for which the gate holds."""
     what: str

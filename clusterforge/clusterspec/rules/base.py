@@ -4,9 +4,9 @@ registry, and ``validate`` (all findings, errors first)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import NamedTuple
 
 from clusterforge.catalog import HardwareProfile, get_profile
 from clusterforge.clusterspec.models import Cluster, NodeGroup
@@ -18,8 +18,9 @@ class Level(StrEnum):
     INFO = "info"
 
 
-@dataclass(frozen=True)
-class Finding:
+# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
+# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+class Finding(NamedTuple):
     level: Level
     code: str
     path: str
@@ -31,8 +32,7 @@ class Finding:
         return f"{self.level.value}: {self.path} = {self.value!r}: {self.why} Fix: {self.fix} [{self.code}]"
 
 
-@dataclass(frozen=True)
-class RuleContext:
+class RuleContext(NamedTuple):
     """What the rules weigh a spec against: its folder and each group's resolved profile.
 
     ``profiles`` comes from ``clusterforge.resolve`` (catalog with discovered facts applied), so a

@@ -11,7 +11,7 @@ lower case. Facts: the slurm.conf(5) man page of each release (22.05's is on thi
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from clusterforge.clusterspec.models import Cluster
 from clusterforge.clusterspec.rules.base import Finding, Level, RuleContext, rule
@@ -21,8 +21,9 @@ def _items(v: str) -> list[str]:
     return [x.strip().lower() for x in v.split(",") if x.strip()]
 
 
-@dataclass(frozen=True)
-class Guard:
+# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
+# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+class Guard(NamedTuple):
     ok: Callable[[str, Cluster], bool]  # the value keeps what the render relies on
     why: str
     fix: str
