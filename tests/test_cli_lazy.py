@@ -115,17 +115,23 @@ print(sorted({m.__module__ for m in subs(BaseModel) if m.__dict__.get("__pydanti
 """
 
 
+def _render_probe(code: str, out: Path) -> set[str]:
+    """What ``code`` (a program that runs the CLI's ``main``, then prints a list) prints after a
+    render of p5-training into ``out``."""
+    res = subprocess.run(
+        [sys.executable, "-c", code, "render", str(EXAMPLES / "p5-training.yaml"), "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert (out / "manifest.json").is_file()  # the render ran
+    return set(ast.literal_eval(res.stdout))
+
+
 def test_render_builds_only_the_models_it_uses(tmp_path: Path) -> None:
     # building a pydantic model's schema costs about as much as importing a small library: a model
     # render neither validates nor writes (the stack outputs, which agents.py imports for a name)
     # is built when first used (defer_build), not at import
-    res = subprocess.run(
-        [sys.executable, "-c", _BUILT_MODELS, "render", str(EXAMPLES / "p5-training.yaml"), "--out",
-         str(tmp_path / "out")],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert set(ast.literal_eval(res.stdout)) == RENDER_MODELS
+    assert _render_probe(_BUILT_MODELS, tmp_path / "out") == RENDER_MODELS
 
 
 # the dataclasses a render defines: each needs what a NamedTuple lacks. On Python 3.11 a frozen
@@ -163,14 +169,7 @@ print(sorted(m for m in made if m.startswith("clusterforge.")))
 
 
 def test_render_defines_only_the_dataclasses_it_needs(tmp_path: Path) -> None:
-    res = subprocess.run(
-        [sys.executable, "-c", _DATACLASSES, "render", str(EXAMPLES / "p5-training.yaml"), "--out",
-         str(tmp_path / "out")],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert (tmp_path / "out" / "manifest.json").is_file()  # the render ran
-    assert set(ast.literal_eval(res.stdout)) == RENDER_DATACLASSES
+    assert _render_probe(_DATACLASSES, tmp_path / "out") == RENDER_DATACLASSES
 
 
 def _imported(argv: list[str]) -> set[str]:
