@@ -800,7 +800,10 @@ def test_a_configure_repairs_a_stopped_daemon_a_disabled_one_a_released_hold_and
     the roles write). What an operator undid by hand is not done, so the next configure does it
     again, on that node alone: a file with a line added, one with another mode, the cluster's
     block in /etc/hosts with another address, the munge key owned by root. And on gpu-001 the GPU
-    roles' files and folders: lines added, other modes, a folder removed; on ctl, MariaDB stopped."""
+    roles' files and folders: lines added, other modes, a folder removed; on ctl, MariaDB stopped.
+    With its munge stopped, cpu-001 goes DOWN (Not responding) first: the controller then asks it
+    to register only every 21st ping round (210 s here), so the run asks its slurmd to register
+    when munge is back, and the node is in service again within the run's 60 s wait."""
     lc, _ = cluster
     gpu_state = f"sha256sum {' '.join(GPU_HAND_EDITED)}; stat -c '%n %U %G %a %F' {' '.join(GPU_HAND_EDITED + GPU_FOLDERS)}"
     gpu_before = sh(lc, "gpu-001", gpu_state)
@@ -823,17 +826,20 @@ def test_a_configure_repairs_a_stopped_daemon_a_disabled_one_a_released_hold_and
     assert sh(lc, "cpu-001", "systemctl is-enabled prometheus-node-exporter || true").strip() == "disabled"
     assert "slurmd" not in sh(lc, "cpu-001", "apt-mark showhold").split()
     assert "10.99.99.99 cpu-002" in sh(lc, "cpu-001", "cat /etc/hosts")
+    # SlurmdTimeout=30 and a ping round every 10 s: DOWN within about 40 s
+    wait_for("cpu-001 DOWN while its munge is stopped", lambda: "DOWN" in node_state(lc, "cpu-001"), 120)
     lines: list[str] = []
     run = lc.configure(progress=TextProgress(lines.append))
     assert run.ok, "\n".join(run.failures + lines[-40:])
     per_host = {h: s.get("changed", 0) for h, s in run.stats.items() if h != "localhost"}
     changed = "\n".join(ln for ln in lines if ": changed " in ln)
     # the name, the hold, node exporter's enable, the five files (no_log: the key's own task shows
-    # no line), and munge's restart for its key, which also starts the munge stopped by hand
+    # no line), munge's restart for its key, which also starts the munge stopped by hand, and the
+    # reload that has slurmd register again
     # on gpu-001: the six files and three folders, and dcgm-exporter's restart for its drop-in and
     # counters (the package index refresh a changed repository or pin asks for reports no change)
     # on ctl: MariaDB started again
-    assert per_host == {h: {"cpu-001": 9, "gpu-001": 10, "ctl": 1}.get(h, 0) for h in NODES}, changed
+    assert per_host == {h: {"cpu-001": 10, "gpu-001": 10, "ctl": 1}.get(h, 0) for h in NODES}, changed
     assert "ctl: changed Start MariaDB (systemd)" in changed, changed
     assert sh(lc, "ctl", "systemctl is-active mariadb").strip() == "active"
     for task in ("Create the apt keyring folder", "Add NVIDIA's CUDA repository", "Pin the driver branch",
@@ -844,8 +850,11 @@ def test_a_configure_repairs_a_stopped_daemon_a_disabled_one_a_released_hold_and
         assert f"gpu-001: changed {task}" in changed, changed
     assert sh(lc, "gpu-001", gpu_state) == gpu_before
     for task in ("Write the cluster hosts into /etc/hosts", "Set resource limits for RDMA and MPI jobs",
-                 "Write kernel settings", "Pin the Slurm packages to release", "Restart munge"):
+                 "Write kernel settings", "Pin the Slurm packages to release", "Restart munge",
+                 "Ask a running slurmd to register again"):
         assert f"cpu-001: changed {task}" in changed, changed
+    # registered within the run's wait, so back in service as soon as the run ends
+    assert node_state(lc, "cpu-001").startswith("IDLE"), node_state(lc, "cpu-001")
     assert sh(lc, "cpu-001", "systemctl is-active munge").strip() == "active"
     assert sh(lc, "cpu-001", "systemctl is-enabled prometheus-node-exporter").strip() == "enabled"
     assert "slurmd" in sh(lc, "cpu-001", "apt-mark showhold").split()
