@@ -334,7 +334,7 @@ def side_by_side(pairs: int, peer: Path) -> dict[str, Any]:
             shutil.rmtree(out, ignore_errors=True)
             return _run(ours if which == "ours" else theirs, ROOT, env)
 
-        once("ours"), once("peer"), once("imports")  # warm the page cache; not counted
+        once("peer"), once("imports")  # warm the page cache (_prepare rendered ours once); not counted
         load_before = os.getloadavg()[0]
         runs: dict[str, list[tuple[float, int, float]]] = {"ours": [], "peer": [], "imports": []}
         for i in range(pairs):

@@ -75,8 +75,7 @@ def blocks_config(cluster: Cluster) -> list[dict[str, Any]]:
     return out
 
 
-# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
-# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+# a NamedTuple: a frozen dataclass compiles its methods at import (tests/test_cli_lazy.py::RENDER_DATACLASSES)
 class Clock(NamedTuple):
     """virtual = virtual_anchor + (real - real_anchor) * scale (scale 1, anchors equal: real time)."""
 

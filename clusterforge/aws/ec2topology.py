@@ -38,8 +38,7 @@ class TopologyFormatError(ValueError):
     """A response (live or saved) does not have AWS's documented shape; the message says where."""
 
 
-# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
-# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+# a NamedTuple: a frozen dataclass compiles its methods at import (tests/test_cli_lazy.py::RENDER_DATACLASSES)
 class InstanceTopology(NamedTuple):
     instance_id: str
     instance_type: str

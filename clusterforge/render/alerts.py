@@ -79,8 +79,7 @@ IB_ACTIVE = 4
 BYTES_PER_GBIT = 125_000_000
 
 
-# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
-# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+# a NamedTuple: a frozen dataclass compiles its methods at import (tests/test_cli_lazy.py::RENDER_DATACLASSES)
 class AlertRule(NamedTuple):
     alert: str
     expr: str

@@ -88,8 +88,7 @@ NVLINK_ERRORS: tuple[tuple[str, str], ...] = (
 GREEN, YELLOW, RED, BLUE = "green", "#EAB839", "red", "blue"
 
 
-# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
-# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+# a NamedTuple: a frozen dataclass compiles its methods at import (tests/test_cli_lazy.py::RENDER_DATACLASSES)
 class Query(NamedTuple):
     expr: str
     legend: str = ""

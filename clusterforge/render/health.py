@@ -40,8 +40,7 @@ EFA_BIN = "/opt/amazon/efa/bin"
 ROW_REMAP_GENERATIONS = frozenset({"ampere", "ada", "hopper", "blackwell"})
 
 
-# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
-# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+# a NamedTuple: a frozen dataclass compiles its methods at import (tests/test_cli_lazy.py::RENDER_DATACLASSES)
 class IbPort(NamedTuple):
     device: str
     port: int

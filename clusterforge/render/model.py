@@ -133,8 +133,7 @@ def _same_order(names: tuple[str, ...], addrs: tuple[str, ...]) -> bool:
     return sorted(paired) == sorted(zip(names, addrs, strict=True))
 
 
-# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
-# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+# a NamedTuple: a frozen dataclass compiles its methods at import (tests/test_cli_lazy.py::RENDER_DATACLASSES)
 class PartitionModel(NamedTuple):
     name: str
     nodes: str

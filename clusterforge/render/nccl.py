@@ -18,8 +18,7 @@ OFI_PREFIX = "/opt/amazon/ofi-nccl"
 EFA_PREFIX = "/opt/amazon/efa"
 
 
-# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
-# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+# a NamedTuple: a frozen dataclass compiles its methods at import (tests/test_cli_lazy.py::RENDER_DATACLASSES)
 class NcclPlan(NamedTuple):
     conf: list[Setting]
     env: list[Setting]

@@ -20,8 +20,7 @@ Version = tuple[int, ...]
 EFA_DOC = "aws-ofi-nccl doc/efa-env-var.md @v1.7.4-aws..HEAD"
 
 
-# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
-# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+# a NamedTuple: a frozen dataclass compiles its methods at import (tests/test_cli_lazy.py::RENDER_DATACLASSES)
 class Gate(NamedTuple):
     component: Component
     first: Version  # the first release where the gated statement is true

@@ -204,8 +204,7 @@ NODE_ADDRESS = frozenset({"NodeAddr", "NodeHostname", "Port"})
 # Other node parameters (Features, Weight, State, Reason, ...): scontrol reconfigure.
 
 
-# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
-# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+# a NamedTuple: a frozen dataclass compiles its methods at import (tests/test_cli_lazy.py::RENDER_DATACLASSES)
 class Impact(NamedTuple):
     """One classified difference. ``slurmd_nodes`` and ``drain_nodes`` are Slurm hostlists."""
 

@@ -14,8 +14,7 @@ from clusterforge.render.manifest import ConfigRecords, Expect, Manifest, Manife
 from clusterforge.render.restart import on_change_for
 
 
-# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
-# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+# a NamedTuple: a frozen dataclass compiles its methods at import (tests/test_cli_lazy.py::RENDER_DATACLASSES)
 class RenderedFile(NamedTuple):
     """One rendered file.
 

@@ -15,8 +15,7 @@ from clusterforge.render.model import ClusterModel, NodeSet
 from clusterforge.render.versions import has
 
 
-# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
-# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+# a NamedTuple: a frozen dataclass compiles its methods at import (tests/test_cli_lazy.py::RENDER_DATACLASSES)
 class Setting(NamedTuple):
     key: str
     value: str

@@ -44,8 +44,7 @@ class TreeError(ValueError):
     """The switches do not form a tree Slurm accepts (the renderer reports it as a RenderError)."""
 
 
-# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
-# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+# a NamedTuple: a frozen dataclass compiles its methods at import (tests/test_cli_lazy.py::RENDER_DATACLASSES)
 class Switch(NamedTuple):
     """One ``SwitchName=`` line: a leaf has ``nodes``, an inner switch ``switches`` (hostlists)."""
 

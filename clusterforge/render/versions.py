@@ -19,8 +19,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 
-# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
-# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+# a NamedTuple: a frozen dataclass compiles its methods at import (tests/test_cli_lazy.py::RENDER_DATACLASSES)
 class Gate(NamedTuple):
     first: tuple[int, int]
     """The first release for which the gate holds."""

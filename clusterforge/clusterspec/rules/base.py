@@ -18,8 +18,7 @@ class Level(StrEnum):
     INFO = "info"
 
 
-# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
-# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+# a NamedTuple: a frozen dataclass compiles its methods at import (tests/test_cli_lazy.py::RENDER_DATACLASSES)
 class Finding(NamedTuple):
     level: Level
     code: str

@@ -21,8 +21,7 @@ def _items(v: str) -> list[str]:
     return [x.strip().lower() for x in v.split(",") if x.strip()]
 
 
-# a NamedTuple, not a frozen dataclass: a dataclass compiles its methods when a render imports it
-# (tests/test_cli_lazy.py::RENDER_DATACLASSES)
+# a NamedTuple: a frozen dataclass compiles its methods at import (tests/test_cli_lazy.py::RENDER_DATACLASSES)
 class Guard(NamedTuple):
     ok: Callable[[str, Cluster], bool]  # the value keeps what the render relies on
     why: str
