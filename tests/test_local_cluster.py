@@ -802,7 +802,7 @@ def test_a_configure_repairs_a_stopped_daemon_a_disabled_one_a_released_hold_and
     block in /etc/hosts with another address, the munge key owned by root. And on gpu-001 the GPU
     roles' files and folders: lines added, other modes, a folder removed; on ctl, MariaDB stopped.
     With its munge stopped, cpu-001 goes DOWN (Not responding) first: the controller then asks it
-    to register only every 21st ping round (210 s here), so the run asks its slurmd to register
+    to register only every 20th ping round (200 s here), so the run asks its slurmd to register
     when munge is back, and the node is in service again within the run's 60 s wait."""
     lc, _ = cluster
     gpu_state = f"sha256sum {' '.join(GPU_HAND_EDITED)}; stat -c '%n %U %G %a %F' {' '.join(GPU_HAND_EDITED + GPU_FOLDERS)}"
