@@ -826,8 +826,13 @@ def test_a_configure_repairs_a_stopped_daemon_a_disabled_one_a_released_hold_and
     assert sh(lc, "cpu-001", "systemctl is-enabled prometheus-node-exporter || true").strip() == "disabled"
     assert "slurmd" not in sh(lc, "cpu-001", "apt-mark showhold").split()
     assert "10.99.99.99 cpu-002" in sh(lc, "cpu-001", "cat /etc/hosts")
-    # SlurmdTimeout=30 and a ping round every 10 s: DOWN within about 40 s
-    wait_for("cpu-001 DOWN while its munge is stopped", lambda: "DOWN" in node_state(lc, "cpu-001"), 120)
+    # SlurmdTimeout=30 and a ping round every 10 s: DOWN within about 40 s, for slurmctld's own reason
+    def line_if_down() -> str:
+        line = sh(lc, "login", "scontrol show node cpu-001 --oneliner")
+        return line if "State=DOWN" in line else ""
+
+    down = wait_for("cpu-001 DOWN while its munge is stopped", line_if_down, 120)
+    assert "Reason=Not responding" in down, down
     lines: list[str] = []
     run = lc.configure(progress=TextProgress(lines.append))
     assert run.ok, "\n".join(run.failures + lines[-40:])
